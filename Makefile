@@ -1,0 +1,50 @@
+# Two-command set-up: `make demo` and `make test` create .venv with the machine's python3 when it
+# is missing, install gradtx (editable) with what they need, then run.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
+# A stamp per extras set: re-installs when pyproject.toml or constraints.txt change.
+STAMP_TEST  := $(VENV)/.stamp-test
+STAMP_DEMO  := $(VENV)/.stamp-demo
+PYTEST_ARGS ?= -n 2
+
+.PHONY: test demo bench lint typecheck pytest format clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+
+$(STAMP_TEST): $(PY) pyproject.toml constraints.txt
+	$(PIP) -e '.[test,all]'
+	touch $@
+
+$(STAMP_DEMO): $(PY) pyproject.toml constraints.txt
+	$(PIP) -e '.[plot]'
+	touch $@
+
+test: $(STAMP_TEST)
+	$(MAKE) --no-print-directory lint typecheck pytest
+
+lint: $(STAMP_TEST)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(STAMP_TEST)
+	$(VENV)/bin/mypy
+
+pytest: $(STAMP_TEST)
+	$(PY) -m pytest $(PYTEST_ARGS) tests
+
+format: $(STAMP_TEST)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+demo: $(STAMP_DEMO)
+	$(PY) -m gradtx demo
+
+bench: $(STAMP_TEST)
+	$(PY) -m benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

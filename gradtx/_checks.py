@@ -1,0 +1,100 @@
+"""Eager validation of hyperparameters at construction time (internal).
+
+Every check names the transformation, the argument, the received value and what is allowed, so
+the error tells the user the fix. Values that cannot be inspected in Python (traced values inside
+`jax.jit`, schedules, which are checked when called) are accepted without a check.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from typing import Any
+
+import jax
+import numpy as np
+
+
+def concrete(value: Any) -> np.ndarray | None:
+    """`value` as a NumPy array, or None when it is a schedule, a tracer or not numeric."""
+    if value is None or callable(value) or isinstance(value, jax.core.Tracer):
+        return None
+    try:
+        return np.asarray(value)
+    except Exception:  # e.g. abstract values: nothing to check eagerly
+        return None
+
+
+def _fmt(value: Any) -> str:
+    arr = concrete(value)
+    if arr is not None and arr.ndim == 0:
+        return repr(arr.item())
+    return repr(value)
+
+
+def _fail(who: str, name: str, requirement: str, value: Any) -> None:
+    raise ValueError(f"{who}: {name} must be {requirement}, got {_fmt(value)}")
+
+
+def check_positive(who: str, name: str, value: Any) -> None:
+    """`value` > 0 (every element, when it is an array)."""
+    arr = concrete(value)
+    if arr is not None and not np.all(arr > 0):
+        _fail(who, name, "> 0", value)
+
+
+def check_non_negative(who: str, name: str, value: Any) -> None:
+    """`value` >= 0."""
+    arr = concrete(value)
+    if arr is not None and not np.all(arr >= 0):
+        _fail(who, name, ">= 0", value)
+
+
+def check_in_range(
+    who: str,
+    name: str,
+    value: Any,
+    low: float,
+    high: float,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> None:
+    """`low <= value <= high`, with either end optionally excluded."""
+    arr = concrete(value)
+    if arr is None:
+        return
+    ok_low = arr > low if low_open else arr >= low
+    ok_high = arr < high if high_open else arr <= high
+    if not np.all(ok_low & ok_high):
+        interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        _fail(who, name, f"in {interval}", value)
+
+
+def check_int(who: str, name: str, value: Any, *, minimum: int | None = None) -> None:
+    """`value` is a Python/NumPy integer (not a bool), optionally >= `minimum`."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ValueError(f"{who}: {name} must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        _fail(who, name, f">= {minimum}", value)
+
+
+def check_one_of(who: str, name: str, value: Any, allowed: Iterable[Any]) -> None:
+    """`value` is one of `allowed`; the error lists them and the closest match."""
+    allowed = list(allowed)
+    if value in allowed:
+        return
+    hint = ""
+    if isinstance(value, str):
+        close = difflib.get_close_matches(value, [str(a) for a in allowed], n=1)
+        if close:
+            hint = f" (did you mean {close[0]!r}?)"
+    raise ValueError(f"{who}: {name} must be one of {allowed}, got {value!r}{hint}")
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """' (did you mean 'x'?)' for the closest candidate, or ''."""
+    close = difflib.get_close_matches(name, list(candidates), n=3)
+    if not close:
+        return ""
+    return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"

@@ -1,0 +1,209 @@
+"""The core protocol: `GradientTransformation`, its combinators and `apply_updates`."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
+
+import jax
+import jax.numpy as jnp
+
+from ._typing import OptState, Params, Updates
+from .tree import assert_same_structure
+
+
+class InitFn(Protocol):
+    def __call__(self, params: Params) -> OptState: ...
+
+
+class UpdateFn(Protocol):
+    def __call__(
+        self, updates: Updates, state: OptState, params: Params | None = None, **extra_args: Any
+    ) -> tuple[Updates, OptState]: ...
+
+
+class GradientTransformation(NamedTuple):
+    """A pair of pure functions: `init(params) -> state` and
+    `update(updates, state, params=None, **extra_args) -> (updates, state)`.
+
+    `extra_args` carries per-step side information (for example `value=loss` for solvers that use
+    the objective); every gradtx transformation accepts them and ignores the ones it does not use.
+    An Optax `GradientTransformation` can be used wherever a gradtx one is, and vice versa.
+    """
+
+    init: InitFn
+    update: UpdateFn
+
+
+class EmptyState(NamedTuple):
+    """The state of a stateless transformation."""
+
+
+def _as_transformation(tx: Any, who: str, position: str) -> Any:
+    if isinstance(tx, GradientTransformation):
+        return tx
+    if callable(getattr(tx, "init", None)) and callable(getattr(tx, "update", None)):
+        return tx  # e.g. an Optax transformation
+    hint = ""
+    if callable(tx):
+        hint = (
+            " It is a callable: did you pass a factory instead of calling it "
+            "(e.g. gradtx.adam rather than gradtx.adam(1e-3))?"
+        )
+    raise TypeError(
+        f"{who}: {position} must be a GradientTransformation (an object with init and update), "
+        f"got {type(tx).__name__}.{hint}"
+    )
+
+
+def forward_extra_args(update_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """An update function that accepts any extra keyword arguments and passes on only the ones
+    `update_fn` declares (all of them when it takes `**kwargs`).
+
+    This lets transformations whose `update` has no `**extra_args` (plain Optax ones) sit inside
+    gradtx combinators that forward e.g. `value=loss`.
+    """
+    try:
+        sig = inspect.signature(update_fn)
+    except (TypeError, ValueError):
+        return update_fn
+    params = sig.parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return update_fn
+    accepted = {
+        p.name
+        for p in params
+        if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    } - {"updates", "state", "params"}
+
+    def update(updates, state, params=None, **extra_args):
+        kept = {k: v for k, v in extra_args.items() if k in accepted}
+        return update_fn(updates, state, params, **kept)
+
+    return update
+
+
+def identity() -> GradientTransformation:
+    """Leave the updates unchanged (state: `EmptyState`)."""
+
+    def init(params):
+        del params
+        return EmptyState()
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        return updates, state
+
+    return GradientTransformation(init, update)
+
+
+def stateless(fn: Callable[[Updates, Params | None], Updates]) -> GradientTransformation:
+    """A transformation from a pure function `fn(updates, params) -> updates` (no state).
+
+    Example: `stateless(lambda u, p: jax.tree.map(jnp.tanh, u))` squashes every update.
+    """
+    if not callable(fn):
+        raise TypeError(f"stateless: fn must be callable, got {type(fn).__name__}")
+
+    def init(params):
+        del params
+        return EmptyState()
+
+    def update(updates, state, params=None, **extra_args):
+        del extra_args
+        return fn(updates, params), state
+
+    return GradientTransformation(init, update)
+
+
+def chain(*transformations: GradientTransformation) -> GradientTransformation:
+    """Apply transformations one after the other; the state is the tuple of their states.
+
+    Extra keyword arguments given to `update` (e.g. `value=loss`) are forwarded to every
+    transformation that accepts them. Optax transformations are accepted too.
+    """
+    txs = [_as_transformation(tx, "chain", f"argument {i}") for i, tx in enumerate(transformations)]
+    update_fns = [forward_extra_args(tx.update) for tx in txs]
+
+    def init(params):
+        return tuple(tx.init(params) for tx in txs)
+
+    def update(updates, state, params=None, **extra_args):
+        if not isinstance(state, tuple) or len(state) != len(txs):
+            raise ValueError(
+                f"chain: expected a state tuple of {len(txs)} inner states (from this chain's "
+                f"init), got {type(state).__name__}"
+                + (f" of length {len(state)}" if isinstance(state, tuple | list) else "")
+            )
+        new_state = []
+        for fn, s in zip(update_fns, state, strict=True):
+            updates, s = fn(updates, s, params, **extra_args)
+            new_state.append(s)
+        return updates, tuple(new_state)
+
+    return GradientTransformation(init, update)
+
+
+def named_chain(*transformations: tuple[str, GradientTransformation]) -> GradientTransformation:
+    """Like `chain`, with each inner state stored under its name in a dict.
+
+    Example: `named_chain(("clip", clip_by_global_norm(1.0)), ("sgd", sgd(0.1)))`; the state's
+    parts are then `state["clip"]`, `state["sgd"]` (or `gradtx.tree.get(state, "sgd")`).
+    """
+    names: list[str] = []
+    txs = []
+    for i, item in enumerate(transformations):
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
+            raise TypeError(
+                f"named_chain: argument {i} must be a (name, transformation) pair, got {item!r}"
+            )
+        name, tx = item
+        if name in names:
+            raise ValueError(f"named_chain: the name {name!r} is used twice; names must be unique")
+        names.append(name)
+        txs.append(_as_transformation(tx, "named_chain", f"the transformation named {name!r}"))
+    update_fns = [forward_extra_args(tx.update) for tx in txs]
+
+    def init(params):
+        return {name: tx.init(params) for name, tx in zip(names, txs, strict=True)}
+
+    def update(updates, state, params=None, **extra_args):
+        if not isinstance(state, dict) or list(state) != names:
+            raise ValueError(
+                f"named_chain: expected a state dict with keys {names} (from this chain's init), "
+                f"got {list(state) if isinstance(state, dict) else type(state).__name__}"
+            )
+        new_state = {}
+        for name, fn in zip(names, update_fns, strict=True):
+            updates, new_state[name] = fn(updates, state[name], params, **extra_args)
+        return updates, new_state
+
+    return GradientTransformation(init, update)
+
+
+def _apply_leaf(p, u):
+    if p is None:
+        return None
+    p = jnp.asarray(p)
+    return (p + u).astype(p.dtype)
+
+
+def apply_updates(params: Params, updates: Updates) -> Params:
+    """`params + updates` leaf by leaf; every result keeps its parameter's dtype.
+
+    `None` leaves of `params` (with `None` at the same place in `updates`) pass through. Under
+    `jax.jit` with `params` donated, the addition happens in place.
+    """
+    assert_same_structure("apply_updates", params=params, updates=updates)
+    return jax.tree.map(_apply_leaf, params, updates, is_leaf=lambda x: x is None)
+
+
+def require_params(who: str, params: Params | None) -> Params:
+    """`params`, or a `ValueError` naming the transformation `who` that needs them."""
+    if params is None:
+        raise ValueError(
+            f"{who} needs the current parameters: call update(updates, state, params) "
+            "with params (got params=None)"
+        )
+    return params

@@ -1,0 +1,89 @@
+"""Numerical building blocks shared by the transformations (internal).
+
+Counters are int32 and saturate instead of wrapping; bias corrections and norms are computed in
+float32 (or wider, when the inputs are wider) and cast back by the caller.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ._typing import ArrayLike
+
+INT32_MAX = int(jnp.iinfo(jnp.int32).max)
+
+
+def zero_count() -> jax.Array:
+    """A fresh step counter: an int32 scalar 0."""
+    return jnp.zeros([], jnp.int32)
+
+
+def safe_increment(count: jax.Array) -> jax.Array:
+    """`count + 1`, saturating at the largest value of the counter's integer dtype."""
+    count = jnp.asarray(count)
+    top = jnp.iinfo(count.dtype).max
+    return jnp.where(count < top, count + 1, top).astype(count.dtype)
+
+
+def wide_float(*dtypes) -> jnp.dtype:
+    """float32, or float64 when any of `dtypes` is already float64 (and x64 is enabled)."""
+    for d in dtypes:
+        if d is not None and jnp.dtype(d) == jnp.float64:
+            return jnp.dtype(jnp.float64)
+    return jnp.dtype(jnp.float32)
+
+
+def bias_correction(decay: ArrayLike, count: ArrayLike) -> jax.Array:
+    r"""`1 - decay ** count`, computed in float32.
+
+    `count` is the number of the current step, starting at 1 for the first update.
+    """
+    decay = jnp.asarray(decay, jnp.float32)
+    return 1.0 - decay ** jnp.asarray(count, jnp.float32)
+
+
+def debias(moment: jax.Array, decay: ArrayLike, count: ArrayLike) -> jax.Array:
+    """Divide an exponential moving average by its bias correction; the result keeps its dtype."""
+    corr = bias_correction(decay, count)
+    return (moment / corr.astype(wide_float(moment.dtype))).astype(moment.dtype)
+
+
+def _norm_sq(x: jax.Array, axis=None, keepdims: bool = False) -> jax.Array:
+    x = jnp.asarray(x)
+    x = x.astype(wide_float(x.dtype)) if not jnp.iscomplexobj(x) else x
+    return jnp.sum(jnp.real(x * jnp.conj(x)), axis=axis, keepdims=keepdims)
+
+
+def safe_norm(
+    x: ArrayLike, min_norm: ArrayLike = 0.0, axis=None, keepdims: bool = False
+) -> jax.Array:
+    """L2 norm of `x` in float32, at least `min_norm`, with a gradient that is defined at zero.
+
+    Where the norm would be <= `min_norm` the result is `min_norm` and the gradient is zero
+    (instead of the NaN that `jnp.linalg.norm` gives at 0).
+    """
+    sq = _norm_sq(jnp.asarray(x), axis=axis, keepdims=keepdims)
+    min_norm = jnp.asarray(min_norm, sq.dtype)
+    positive = sq > min_norm**2
+    # Feed a harmless 1 into sqrt where the branch is discarded, so its gradient stays finite.
+    return jnp.where(positive, jnp.sqrt(jnp.where(positive, sq, 1.0)), min_norm)
+
+
+def safe_rms(x: ArrayLike, min_rms: ArrayLike = 0.0) -> jax.Array:
+    """Root mean square of `x` in float32, at least `min_rms`, with a defined gradient at zero."""
+    x = jnp.asarray(x)
+    n = max(int(x.size), 1)
+    ms = _norm_sq(x) / n
+    min_rms = jnp.asarray(min_rms, ms.dtype)
+    positive = ms > min_rms**2
+    return jnp.where(positive, jnp.sqrt(jnp.where(positive, ms, 1.0)), min_rms)
+
+
+def value_at(hyperparameter, count: ArrayLike):
+    """A hyperparameter's value at step `count`: a schedule is called (its result as float32),
+    a constant is returned unchanged (a Python float stays weakly typed, so it does not promote
+    bf16 updates)."""
+    if callable(hyperparameter):
+        return jnp.asarray(hyperparameter(count), jnp.float32)
+    return hyperparameter

@@ -1,0 +1,1 @@
+"""Gradient transformation primitives, one module per family (re-exported from `gradtx`)."""

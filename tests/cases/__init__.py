@@ -1,0 +1,1 @@
+"""Optimizer-table cases, one module per family."""

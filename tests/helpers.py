@@ -1,0 +1,168 @@
+"""Shared test helpers: mixed pytrees, step drivers, and comparisons against references.
+
+A reference is either another transformation (usually Optax's) or a NumPy transcription of the
+published rule: `make_ref()` returns a stateful callable
+`ref(grads, params, **extra) -> updates`, where grads / params / updates are lists of float64
+NumPy arrays (the non-None leaves, in flattening order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import gradtx
+
+
+class Pair(NamedTuple):
+    a: Any
+    b: Any
+
+
+def mixed_params(seed: int = 0, dtype: Any = jnp.float32) -> dict:
+    """A small pytree with dict / list / tuple / NamedTuple nesting, a scalar leaf, an empty
+    subtree and None leaves."""
+    rng = np.random.default_rng(seed)
+
+    def leaf(*shape):
+        return jnp.asarray(rng.normal(size=shape), dtype)
+
+    return {
+        "dense": {"kernel": leaf(3, 4), "bias": leaf(4)},
+        "layers": [leaf(5), {"w": leaf(2, 3), "frozen": None}],
+        "pair": Pair(a=leaf(1, 3), b=(leaf(), leaf(2, 2, 2))),
+        "empty": {},
+        "none": None,
+    }
+
+
+def random_like(tree: Any, rng: np.random.Generator, scale: float = 1.0) -> Any:
+    """A tree like `tree` with fresh normal values (same dtypes; None leaves stay None)."""
+    return jax.tree.map(
+        lambda x: jnp.asarray(scale * rng.normal(size=np.shape(x)), jnp.asarray(x).dtype), tree
+    )
+
+
+def grad_sequence(params: Any, steps: int, seed: int = 1, scale: float = 1.0) -> list:
+    """`steps` random gradient trees shaped like `params`."""
+    rng = np.random.default_rng(seed)
+    return [random_like(params, rng, scale) for _ in range(steps)]
+
+
+def _step_fn(tx: gradtx.GradientTransformation, jit: bool) -> Callable:
+    def step(grads, state, params, extra):
+        updates, state = tx.update(grads, state, params, **extra)
+        return updates, state, gradtx.apply_updates(params, updates)
+
+    return jax.jit(step) if jit else step
+
+
+def run(
+    tx: gradtx.GradientTransformation,
+    params: Any,
+    grads: Sequence[Any],
+    *,
+    jit: bool = True,
+    extra_args: Sequence[dict] | None = None,
+) -> tuple[list, Any, Any]:
+    """Drive `tx` over `grads` (applying its updates); returns (updates per step, state, params)."""
+    step = _step_fn(tx, jit)
+    state = tx.init(params)
+    out = []
+    for i, g in enumerate(grads):
+        extra = extra_args[i] if extra_args is not None else {}
+        updates, state, params = step(g, state, params, extra)
+        out.append(updates)
+    return out, state, params
+
+
+def assert_trees_close(actual: Any, expected: Any, rtol: float, atol: float, msg: str = "") -> None:
+    """Leaf-wise `np.testing.assert_allclose` after checking the structures agree."""
+    gradtx.tree.assert_same_structure("assert_trees_close", actual=actual, expected=expected)
+    a_leaves, e_leaves = jax.tree.leaves(actual), jax.tree.leaves(expected)
+    paths = gradtx.tree.paths(actual)
+    for path, a, e in zip(paths, a_leaves, e_leaves, strict=True):
+        np.testing.assert_allclose(
+            np.asarray(a, np.float64),
+            np.asarray(e, np.float64),
+            rtol=rtol,
+            atol=atol,
+            err_msg=f"{msg} at {path}",
+        )
+
+
+def compare_transformations(
+    tx: gradtx.GradientTransformation,
+    reference: Any,
+    *,
+    params: Any = None,
+    steps: int = 100,
+    rtol: float = 1e-5,
+    atol: float = 1e-7,
+    jit: bool = True,
+    grad_scale: float = 1.0,
+    extra_args: Sequence[dict] | None = None,
+    seed: int = 1,
+) -> None:
+    """`tx` and `reference` (e.g. Optax's optimizer) give the same updates at every step.
+
+    Both run on the same random gradients over `steps` steps, each applying its own updates to
+    its own copy of `params` (a mixed pytree by default).
+    """
+    params = mixed_params() if params is None else params
+    grads = grad_sequence(params, steps, seed=seed, scale=grad_scale)
+    ours, _, _ = run(tx, params, grads, jit=jit, extra_args=extra_args)
+    ref_step = _step_fn(reference, jit)
+    ref_state = reference.init(params)
+    ref_params = params
+    for i, (g, u) in enumerate(zip(grads, ours, strict=True)):
+        extra = extra_args[i] if extra_args is not None else {}
+        ref_u, ref_state, ref_params = ref_step(g, ref_state, ref_params, extra)
+        assert_trees_close(u, ref_u, rtol, atol, msg=f"step {i}")
+
+
+def leaves64(tree: Any) -> list[np.ndarray]:
+    """The non-None leaves of `tree` as float64 NumPy arrays."""
+    return [np.asarray(x, np.float64) for x in jax.tree.leaves(tree)]
+
+
+def compare_to_numpy(
+    tx: gradtx.GradientTransformation,
+    make_ref: Callable[[], Callable[..., list]],
+    *,
+    params: Any = None,
+    steps: int = 100,
+    rtol: float = 1e-5,
+    atol: float = 1e-7,
+    jit: bool = True,
+    grad_scale: float = 1.0,
+    extra_args: Sequence[dict] | None = None,
+    seed: int = 1,
+) -> None:
+    """`tx` gives the updates of a NumPy reference at every step.
+
+    `make_ref()` returns `ref(grads, params, **extra) -> updates` over lists of float64 leaves;
+    it keeps its own state and its own parameters are advanced here with its updates.
+    """
+    params = mixed_params() if params is None else params
+    grads = grad_sequence(params, steps, seed=seed, scale=grad_scale)
+    ours, _, _ = run(tx, params, grads, jit=jit, extra_args=extra_args)
+    ref = make_ref()
+    ref_params = leaves64(params)
+    for i, (g, u) in enumerate(zip(grads, ours, strict=True)):
+        extra = extra_args[i] if extra_args is not None else {}
+        ref_u = ref(leaves64(g), [p.copy() for p in ref_params], **extra)
+        ours_leaves = leaves64(u)
+        assert len(ours_leaves) == len(ref_u), "reference returned a different number of leaves"
+        for j, (a, e) in enumerate(zip(ours_leaves, ref_u, strict=True)):
+            np.testing.assert_allclose(a, e, rtol=rtol, atol=atol, err_msg=f"step {i}, leaf {j}")
+        ref_params = [p + du for p, du in zip(ref_params, ref_u, strict=True)]
+
+
+def state_dtypes(state: Any) -> list:
+    """The dtype of every leaf of a state, in flattening order."""
+    return [jnp.asarray(x).dtype for x in jax.tree.leaves(state)]
