@@ -1,0 +1,41 @@
+"""The sgd alias against Optax and against its hand-written chain."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import optax
+import pytest
+
+import gradtx
+
+from ..helpers import compare_transformations
+
+
+def _schedule(t):
+    return 0.05 * (1.0 + jnp.cos(jnp.pi * jnp.minimum(t, 100) / 100.0)) / 2.0
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"momentum": 0.9}, {"momentum": 0.9, "nesterov": True}],
+    ids=["plain", "momentum", "nesterov"],
+)
+@pytest.mark.parametrize("lr", [0.05, _schedule], ids=["constant", "schedule"])
+def test_sgd_matches_optax(use_jit, kwargs, lr):
+    compare_transformations(gradtx.sgd(lr, **kwargs), optax.sgd(lr, **kwargs), jit=use_jit)
+
+
+def test_sgd_equals_its_chain():
+    by_hand = gradtx.chain(gradtx.trace(0.9, nesterov=True), gradtx.scale_by_learning_rate(0.05))
+    compare_transformations(
+        gradtx.sgd(0.05, momentum=0.9, nesterov=True), by_hand, rtol=0, atol=0, steps=50
+    )
+
+
+def test_sgd_invalid_arguments():
+    with pytest.raises(ValueError, match="sgd: nesterov=True needs a momentum value"):
+        gradtx.sgd(0.1, nesterov=True)
+    with pytest.raises(ValueError, match="learning_rate must be >= 0, got -1"):
+        gradtx.sgd(-1)
+    with pytest.raises(ValueError, match=r"trace: decay must be in \[0.0, 1.0\], got 2"):
+        gradtx.sgd(0.1, momentum=2)
