@@ -7,6 +7,7 @@ installed, writes the training curves and the learned decision regions to `demo_
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ def spirals(n_per_class: int = 300, classes: int = 3, noise: float = 0.3, seed: 
 def init_mlp(key: jax.Array, sizes: tuple[int, ...]) -> dict[str, Any]:
     """He-initialised dense layers: {"layer0": {"kernel", "bias"}, ...}."""
     params = {}
-    for i, (m, n) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+    for i, (m, n) in enumerate(itertools.pairwise(sizes)):
         key, sub = jax.random.split(key)
         params[f"layer{i}"] = {
             "kernel": jax.random.normal(sub, (m, n)) * jnp.sqrt(2.0 / m),
