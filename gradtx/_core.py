@@ -169,7 +169,9 @@ def named_chain(*transformations: tuple[str, GradientTransformation]) -> Gradien
         return {name: tx.init(params) for name, tx in zip(names, txs, strict=True)}
 
     def update(updates, state, params=None, **extra_args):
-        if not isinstance(state, dict) or list(state) != names:
+        # JAX sorts dict keys when it rebuilds a state (e.g. out of a jitted step), so compare
+        # the key sets, not their order.
+        if not isinstance(state, dict) or sorted(state) != sorted(names):
             raise ValueError(
                 f"named_chain: expected a state dict with keys {names} (from this chain's init), "
                 f"got {list(state) if isinstance(state, dict) else type(state).__name__}"

@@ -114,6 +114,19 @@ def test_named_chain_state_is_addressable_by_name():
         np.testing.assert_array_equal(a, b)
 
 
+def test_named_chain_accepts_its_state_back_from_jit_with_sorted_keys():
+    # regression: JAX rebuilds dicts with sorted keys, so a state returned by a jitted step came
+    # back as {"lr", "momentum"} and the next update rejected it
+    tx = gradtx.named_chain(("momentum", gradtx.trace(0.9)), ("lr", gradtx.scale(-0.1)))
+    params = {"w": jnp.ones(2)}
+    step = jax.jit(tx.update)
+    state = tx.init(params)
+    for _ in range(2):
+        updates, state = step(params, state)
+    assert sorted(state) == ["lr", "momentum"]
+    np.testing.assert_allclose(updates["w"], -0.1 * 1.9)
+
+
 def test_named_chain_validates_its_arguments():
     with pytest.raises(ValueError, match="'a' is used twice"):
         gradtx.named_chain(("a", gradtx.identity()), ("a", gradtx.identity()))

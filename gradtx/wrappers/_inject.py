@@ -1,0 +1,204 @@
+"""Hyperparameters kept in the optimizer state, readable and changeable between steps."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._core import GradientTransformation, _as_transformation, forward_extra_args
+from .._numerics import safe_increment, zero_count
+from .._typing import OptState
+from ._common import error_context
+
+
+class InjectHyperparamsState(NamedTuple):
+    count: jax.Array  # type: ignore[assignment]  # int32, saturating: the step schedules see
+    hyperparams: dict[str, jax.Array]  # current values (hyperparam_dtype), by argument name
+    inner_state: OptState
+
+
+def _annotation_text(param: inspect.Parameter | None) -> str:
+    if param is None or param.annotation is inspect.Parameter.empty:
+        return ""
+    ann = param.annotation
+    return ann if isinstance(ann, str) else str(getattr(ann, "__name__", ann))
+
+
+def _wants_int(annotation: str) -> bool:
+    """Whether an annotation asks for an integer and nothing else numeric (`int | None`)."""
+    return bool(re.search(r"\bint\b", annotation)) and not re.search(
+        r"float|ArrayLike|Array|Schedule|Numeric|Scalar|complex", annotation
+    )
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, bool | np.bool_):
+        return False
+    if isinstance(value, int | float | np.integer | np.floating):
+        return True
+    if isinstance(value, np.ndarray | jax.Array):
+        return bool(np.issubdtype(value.dtype, np.number))
+    return False
+
+
+def _kind(name: str, value: Any, param: inspect.Parameter | None, static: set[str]) -> str:
+    """'static', 'schedule' or 'numeric' for one factory argument."""
+    if name in static or value is None:
+        return "static"
+    annotation = _annotation_text(param)
+    if callable(value) and not isinstance(value, jax.Array):
+        # A callable is a schedule unless the annotation says the argument is something else
+        # (e.g. a mask function); unannotated callables are schedules, as in Optax.
+        return "schedule" if (not annotation or "Schedule" in annotation) else "static"
+    if not _is_number(value):
+        return "static"  # bools, strings, dtypes, masks, trees, ...
+    if isinstance(value, int | np.integer) and _wants_int(annotation):
+        return "static"  # e.g. a period or a count the factory uses as a Python int
+    return "numeric"
+
+
+def inject_hyperparams(
+    factory: Callable[..., GradientTransformation],
+    *,
+    static_args: str | Iterable[str] = (),
+    hyperparam_dtype: Any = jnp.float32,
+) -> Callable[..., GradientTransformation]:
+    r"""Make a factory's numeric hyperparameters part of the state, so they can change per step.
+
+    `inject_hyperparams(factory)(**hparams)` behaves like `factory(**hparams)`, but every numeric
+    argument (a float, an int where the factory expects a number, an array) is stored in
+    `state.hyperparams` as `hyperparam_dtype` (float32 by default, whatever the params' dtype, so
+    b2 = 0.999 stays 0.999 with bf16 params), and every schedule (a callable `count -> value`) is
+    evaluated at the wrapper's own step count and its value stored there before each step. The
+    inner transformation is rebuilt from the stored values inside `update`, so
+
+    - `gradtx.tree.get(state, "learning_rate")` reads the current value, and
+    - `state = gradtx.tree.set(state, learning_rate=0.01)` changes it for the next step without
+      recompiling a jitted step (RETURNN's `set_learning_rate`); a scheduled value set this way
+      is overwritten by the schedule at the next step.
+
+    Which arguments are static (passed to the factory unchanged, never stored): None, bools,
+    strings, dtypes, trees such as masks, ints whose parameter is annotated `int` (periods,
+    counts), callables whose annotation does not mention a schedule (mask functions), and every
+    name in `static_args`. Arguments not passed keep the factory's defaults and are not stored.
+
+    Args:
+      factory: a function returning a `GradientTransformation` (e.g. `gradtx.adam`). Its state
+        layout must not depend on hyperparameter values (true of every gradtx transformation).
+      static_args: names to pass through unchanged even though they look numeric or like schedules.
+      hyperparam_dtype: dtype of the stored values (float32).
+
+    Returns:
+      A function with `factory`'s arguments returning a `GradientTransformation` whose state is
+      `InjectHyperparamsState(count, hyperparams, inner_state)`.
+
+    Reference: `optax.inject_hyperparams` (same state fields; schedules are stored as the value
+    used at the step); RETURNN's `Updater.set_learning_rate`.
+    """
+    who = "inject_hyperparams"
+    if not callable(factory):
+        raise TypeError(f"{who}: factory must be callable, got {type(factory).__name__}")
+    static = {static_args} if isinstance(static_args, str) else set(static_args)
+    try:
+        signature: inspect.Signature | None = inspect.signature(factory)
+    except (TypeError, ValueError):
+        signature = None
+    factory_name = getattr(factory, "__name__", type(factory).__name__)
+
+    def wrapped(*args: Any, **kwargs: Any) -> GradientTransformation:
+        if signature is not None:
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError as e:
+                raise TypeError(f"{who}({factory_name}): {e}") from None
+            arguments: dict[str, Any] = {}
+            for name, value in bound.arguments.items():
+                kind = signature.parameters[name].kind
+                if kind is inspect.Parameter.VAR_POSITIONAL:
+                    if value:
+                        raise ValueError(
+                            f"{who}({factory_name}): pass hyperparameters by keyword; the "
+                            "factory's *args cannot be named"
+                        )
+                elif kind is inspect.Parameter.VAR_KEYWORD:
+                    arguments.update(value)
+                else:
+                    arguments[name] = value
+            params: Mapping[str, inspect.Parameter] = signature.parameters
+        elif args:
+            raise ValueError(
+                f"{who}({factory_name}): the factory's signature is unknown, so pass "
+                "hyperparameters by keyword"
+            )
+        else:
+            arguments, params = dict(kwargs), {}
+        takes_any = signature is None or any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()
+        )
+        if not takes_any and signature is not None:
+            missing = static - set(signature.parameters)
+            if missing:
+                raise ValueError(
+                    f"{who}({factory_name}): static_args names {sorted(missing)} that the factory "
+                    f"does not take; its arguments are {list(signature.parameters)}"
+                )
+        # Validate eagerly, with the values as given (schedules and all).
+        _as_transformation(factory(**arguments), who, f"{factory_name}(...)")
+
+        kinds = {n: _kind(n, v, params.get(n), static) for n, v in arguments.items()}
+        fixed = {n: v for n, v in arguments.items() if kinds[n] == "static"}
+        schedules = {n: v for n, v in arguments.items() if kinds[n] == "schedule"}
+        numeric = {n: v for n, v in arguments.items() if kinds[n] == "numeric"}
+
+        def values_at(count, current):
+            values = {n: jnp.asarray(v, hyperparam_dtype) for n, v in current.items()}
+            for n, fn in schedules.items():
+                values[n] = jnp.asarray(fn(count), hyperparam_dtype)
+            return values
+
+        def build(values):
+            return _as_transformation(factory(**fixed, **values), who, f"{factory_name}(...)")
+
+        def init(params):
+            count = zero_count()
+            values = values_at(count, numeric)
+            with error_context(f"{who}({factory_name})"):
+                inner_state = build(values).init(params)
+            return InjectHyperparamsState(count=count, hyperparams=values, inner_state=inner_state)
+
+        def update(updates, state, params=None, **extra_args):
+            if not isinstance(state, InjectHyperparamsState):
+                raise ValueError(
+                    f"{who}({factory_name}): expected an InjectHyperparamsState (from this "
+                    f"wrapper's init), got {type(state).__name__}"
+                )
+            expected = set(numeric) | set(schedules)
+            if set(state.hyperparams) != expected:
+                raise ValueError(
+                    f"{who}({factory_name}): state.hyperparams has {sorted(state.hyperparams)}, "
+                    f"expected {sorted(expected)}"
+                )
+            values = values_at(state.count, state.hyperparams)
+            with error_context(f"{who}({factory_name})"):
+                inner = build(values)
+                new_updates, inner_state = forward_extra_args(inner.update)(
+                    updates, state.inner_state, params, **extra_args
+                )
+            return new_updates, InjectHyperparamsState(
+                count=safe_increment(state.count), hyperparams=values, inner_state=inner_state
+            )
+
+        return GradientTransformation(init, update)
+
+    wrapped.__name__ = f"inject_hyperparams({factory_name})"
+    wrapped.__doc__ = f"`{factory_name}` with its numeric hyperparameters kept in the state."
+    return wrapped
+
+
+__all__ = ["InjectHyperparamsState", "inject_hyperparams"]

@@ -1,0 +1,438 @@
+"""Different transformations for different parts of the parameter tree.
+
+`multi_transform`, `masked`, `freeze` and `lr_multipliers` run an inner transformation on a
+*pruned* tree: the leaves it does not own are None, so its state keeps no buffer for them.
+Labels, masks and multipliers are resolved at trace time into Python values per leaf.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._checks import did_you_mean
+from .._core import EmptyState, GradientTransformation, _as_transformation, forward_extra_args
+from .._masking import MaskOrFn, resolve_mask
+from .._typing import OptState
+from ..tree import assert_same_structure, map_with_path
+from ._common import NO_DEFAULT, error_context, is_leaf_value, leaf_values, pick, prune
+
+
+class MaskedState(NamedTuple):
+    inner_state: OptState  # the inner transformation's state, for the selected leaves only
+
+
+class MultiTransformState(NamedTuple):
+    inner_states: dict[Hashable, OptState]  # label -> state of that label's transformation
+
+
+def _check_state(who: str, state: Any, cls: type) -> None:
+    if not isinstance(state, cls):
+        raise ValueError(
+            f"{who}: expected a {cls.__name__} (from this transformation's init), "
+            f"got {type(state).__name__}"
+        )
+
+
+def _check_params(who: str, updates: Any, params: Any) -> None:
+    if params is not None:
+        assert_same_structure(who, updates=updates, params=params)
+
+
+def _run_on(who, update_fn, keep, updates, inner_state, params, extra_args):
+    """The inner update on the leaves where `keep` is True; returns (pruned updates, state)."""
+    with error_context(who):
+        return update_fn(
+            prune(updates, keep),
+            inner_state,
+            None if params is None else prune(params, keep),
+            **extra_args,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# multi_transform
+# --------------------------------------------------------------------------------------------
+
+
+def _is_pattern_dict(spec: Mapping, tree: Any) -> bool:
+    """A flat dict of string keys to label leaves, unless its keys are exactly the top-level keys
+    of a dict `tree` (then it is a prefix tree of labels, which means the same thing)."""
+    if not all(isinstance(k, str) for k in spec):
+        return False
+    if not all(v is not None and is_leaf_value(v) for v in spec.values()):
+        return False
+    return not (isinstance(tree, Mapping) and set(spec) == set(tree))
+
+
+def multi_transform(
+    transforms: Mapping[Hashable, GradientTransformation],
+    labels: Any,
+    *,
+    default_label: Hashable | None = None,
+    strict: bool = True,
+) -> GradientTransformation:
+    r"""Apply a different transformation to each labelled group of parameters.
+
+    Each leaf gets one label; `transforms[label]` runs on exactly the leaves with that label, as if
+    it were run alone on them (its state holds buffers for those leaves only).
+
+    Args:
+      transforms: label -> transformation (e.g. `{"adam": gradtx.adam(1e-3), "sgd": ...}`).
+        A label that no leaf uses is allowed (its transformation sees an empty tree).
+      labels: one of
+        - a tree of labels with the params' structure, or a prefix of it
+          (`{"encoder": "adam", "head": "sgd"}` labels whole subtrees);
+        - a function `params -> such a tree`;
+        - a dict of glob patterns on '/'-joined parameter paths -> label, e.g.
+          `{"**/bias": "no_decay", "embed/**": "sparse", "**": "main"}`. The first pattern (in
+          dict order) that matches a path wins; see `gradtx.tree.match` for the syntax.
+      default_label: the label of leaves that no pattern matches (or whose label is None);
+        without it such leaves raise a `ValueError` listing their paths.
+      strict: a pattern that matches no leaf, or only leaves taken by earlier patterns, raises a
+        `ValueError` listing the available paths (catches typos). Pass False to allow it.
+
+    Returns:
+      A `GradientTransformation` with state `MultiTransformState(inner_states)`, a dict
+      label -> inner state.
+
+    Reference: `optax.multi_transform` / `optax.partition`; RETURNN's multiple optimizers
+    (per-layer `updater_opts`), PyTorch parameter groups.
+    """
+    who = "multi_transform"
+    if not isinstance(transforms, Mapping) or not transforms:
+        raise ValueError(
+            f"{who}: transforms must be a non-empty dict label -> transformation, "
+            f"got {transforms!r}"
+        )
+    txs = {
+        label: _as_transformation(tx, who, f"transforms[{label!r}]")
+        for label, tx in transforms.items()
+    }
+    update_fns = {label: forward_extra_args(tx.update) for label, tx in txs.items()}
+    known = list(txs)
+    if default_label is not None and default_label not in txs:
+        raise ValueError(
+            f"{who}: default_label {default_label!r} is not a key of transforms"
+            f"{did_you_mean(str(default_label), [str(k) for k in known])}; labels: {known}"
+        )
+
+    def resolve(tree):
+        default = NO_DEFAULT if default_label is None else default_label
+        per_leaf = leaf_values(
+            who, "labels", labels, tree, default=default, strict=strict, is_rules=_is_pattern_dict
+        )
+        pairs: list[tuple[str, Any]] = []
+        map_with_path(lambda path, _, lab: pairs.append((path, lab)), tree, per_leaf)
+        unlabelled = [path for path, lab in pairs if lab is None]
+        if unlabelled and default_label is None:
+            raise ValueError(
+                f"{who}: these parameters have no label: {unlabelled}; "
+                "label them or pass default_label"
+            )
+        if unlabelled:
+            per_leaf = jax.tree.map(
+                lambda _, lab: default_label if lab is None else lab, tree, per_leaf
+            )
+        for path, lab in pairs:
+            lab = default_label if lab is None else lab
+            if lab not in txs:
+                raise ValueError(
+                    f"{who}: parameter {path!r} has label {lab!r}, which is not a key of "
+                    f"transforms{did_you_mean(str(lab), [str(k) for k in known])}; "
+                    f"labels: {known}"
+                )
+        return per_leaf
+
+    def keep_for(per_leaf, label):
+        return jax.tree.map(lambda lab: lab == label, per_leaf)
+
+    def init(params):
+        per_leaf = resolve(params)
+        states = {}
+        for label, tx in txs.items():
+            with error_context(f"{who}[{label!r}]"):
+                states[label] = tx.init(prune(params, keep_for(per_leaf, label)))
+        return MultiTransformState(inner_states=states)
+
+    def update(updates, state, params=None, **extra_args):
+        _check_state(who, state, MultiTransformState)
+        # JAX rebuilds dicts with sorted keys (e.g. out of a jitted step): compare key sets
+        if not isinstance(state.inner_states, dict) or set(state.inner_states) != set(known):
+            got = (
+                list(state.inner_states)
+                if isinstance(state.inner_states, dict)
+                else type(state.inner_states)
+            )
+            raise ValueError(f"{who}: expected inner states for labels {known}, got {got}")
+        _check_params(who, updates, params)
+        per_leaf = resolve(updates)
+        outs, states = [], {}
+        for label in known:
+            keep = keep_for(per_leaf, label)
+            u, states[label] = _run_on(
+                f"{who}[{label!r}]",
+                update_fns[label],
+                keep,
+                updates,
+                state.inner_states[label],
+                params,
+                extra_args,
+            )
+            outs.append(u)
+        index = {label: i for i, label in enumerate(known)}
+        merged = jax.tree.map(lambda lab, *us: us[index[lab]], per_leaf, *outs)
+        return merged, MultiTransformState(inner_states=states)
+
+    return GradientTransformation(init, update)
+
+
+# --------------------------------------------------------------------------------------------
+# masked / freeze
+# --------------------------------------------------------------------------------------------
+
+
+def masked(
+    tx: GradientTransformation, mask: MaskOrFn, *, strict: bool = True
+) -> GradientTransformation:
+    r"""Apply `tx` to the selected leaves only; the other updates pass through unchanged.
+
+    .. math::  u_i = \begin{cases} \mathrm{tx}(g)_i & m_i \\ g_i & \text{otherwise} \end{cases}
+
+    `tx` is initialised and updated on the pruned tree (unselected leaves are None), so its state
+    holds nothing for them.
+
+    Args:
+      tx: the transformation for the selected leaves.
+      mask: True for the leaves `tx` applies to: a boolean tree (or a prefix of the params'
+        tree), a function `params -> boolean tree`, or a glob pattern / list of patterns on
+        '/'-joined parameter paths (`"**/kernel"`, `"!**/bias"`; see `gradtx.tree.match`).
+      strict: a positive glob pattern that matches no parameter raises a `ValueError` listing the
+        available paths; pass False to allow it.
+
+    Returns:
+      A `GradientTransformation` with state `MaskedState(inner_state)`.
+
+    Reference: `optax.masked`.
+    """
+    who = "masked"
+    tx = _as_transformation(tx, who, "tx")
+    update_fn = forward_extra_args(tx.update)
+
+    def init(params):
+        keep = resolve_mask(who, mask, params, strict=strict)
+        with error_context(who):
+            return MaskedState(inner_state=tx.init(prune(params, keep)))
+
+    def update(updates, state, params=None, **extra_args):
+        _check_state(who, state, MaskedState)
+        _check_params(who, updates, params)
+        keep = resolve_mask(who, mask, updates, strict=strict)
+        u, inner = _run_on(who, update_fn, keep, updates, state.inner_state, params, extra_args)
+        return pick(keep, u, updates), MaskedState(inner_state=inner)
+
+    return GradientTransformation(init, update)
+
+
+def freeze(
+    mask: MaskOrFn, *, tx: GradientTransformation | None = None, strict: bool = True
+) -> GradientTransformation:
+    r"""Give the masked (frozen) leaves exactly zero updates, keeping no state for them.
+
+    .. math::  u_i = \begin{cases} 0 & m_i \\ \mathrm{tx}(g)_i & \text{otherwise} \end{cases}
+
+    Without `tx` this is a stateless transformation that zeroes the frozen updates; place it last
+    in a chain (after anything that could move them, such as weight decay). With `tx`, `tx` runs
+    on the unfrozen leaves only, so no optimizer state is kept for the frozen ones.
+
+    Args:
+      mask: True for the frozen leaves (a boolean tree or prefix, a function of the params, or
+        glob pattern(s), as for `masked`).
+      tx: the optimizer for the other leaves (None: pass them through unchanged).
+      strict: as for `masked`.
+
+    Returns:
+      A `GradientTransformation`; state `EmptyState()` without `tx`, else `MaskedState`.
+
+    Reference: `optax.freeze` (without `tx`), `optax.selective_transform` (with `tx`).
+    """
+    who = "freeze"
+    if tx is None:
+
+        def init_stateless(params):
+            del params
+            return EmptyState()
+
+        def update_stateless(updates, state, params=None, **extra_args):
+            del params, extra_args
+            frozen = resolve_mask(who, mask, updates, strict=strict)
+            return jax.tree.map(lambda f, u: jnp.zeros_like(u) if f else u, frozen, updates), state
+
+        return GradientTransformation(init_stateless, update_stateless)
+
+    tx = _as_transformation(tx, who, "tx")
+    update_fn = forward_extra_args(tx.update)
+
+    def trainable(tree):
+        return jax.tree.map(lambda f: not f, resolve_mask(who, mask, tree, strict=strict))
+
+    def init(params):
+        with error_context(who):
+            return MaskedState(inner_state=tx.init(prune(params, trainable(params))))
+
+    def update(updates, state, params=None, **extra_args):
+        _check_state(who, state, MaskedState)
+        _check_params(who, updates, params)
+        keep = trainable(updates)
+        u, inner = _run_on(who, update_fn, keep, updates, state.inner_state, params, extra_args)
+        zeros = jax.tree.map(jnp.zeros_like, updates)
+        return pick(keep, u, zeros), MaskedState(inner_state=inner)
+
+    return GradientTransformation(init, update)
+
+
+# --------------------------------------------------------------------------------------------
+# Per-parameter factors: lr_multipliers and scale_gradient_by
+# --------------------------------------------------------------------------------------------
+
+
+def _check_factors(who: str, rules: Any, default: Any, *, non_negative: bool) -> None:
+    if not isinstance(rules, Mapping):
+        raise ValueError(
+            f"{who}: rules must be a dict of glob patterns -> factor "
+            f"(e.g. {{'**/bias': 2.0, 'embed/**': 0.0}}), got {type(rules).__name__}"
+        )
+    for name, value in [*((f"rules[{p!r}]", v) for p, v in rules.items()), ("default", default)]:
+        ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(
+            value, bool | np.bool_
+        )
+        if not ok or not math.isfinite(float(value)) or (non_negative and value < 0):
+            need = "a finite number >= 0" if non_negative else "a finite number"
+            raise ValueError(f"{who}: {name} must be {need}, got {value!r}")
+
+
+def _scale_leaf(factor: float, u: jax.Array) -> jax.Array:
+    if factor == 1:
+        return u
+    if factor == 0:
+        return jnp.zeros_like(u)
+    return (factor * u).astype(u.dtype)
+
+
+def _stateless_factors(who: str, rules, default, strict) -> GradientTransformation:
+    def init(params):
+        del params
+        return EmptyState()
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        factors = leaf_values(who, "rules", rules, updates, default=default, strict=strict)
+        return jax.tree.map(_scale_leaf, factors, updates), state
+
+    return GradientTransformation(init, update)
+
+
+def lr_multipliers(
+    rules: Mapping[str, float],
+    default: float = 1.0,
+    *,
+    tx: GradientTransformation | None = None,
+    strict: bool = True,
+) -> GradientTransformation:
+    r"""Per-parameter learning-rate multipliers chosen by glob patterns on parameter paths.
+
+    .. math::  u_i = m_i \, \mathrm{tx}(g)_i
+
+    where :math:`m_i` is the value of the first pattern matching leaf `i`'s path (`default` when
+    none matches). A multiplier of 0 freezes the parameter: with `tx`, `tx` is run without it, so
+    it gets exactly zero updates and no optimizer state.
+
+    Without `tx` this is a stateless scaling to place *after* the optimizer in a chain (the
+    optimizer then keeps state for multiplier-0 leaves; pass `tx` to avoid that).
+
+    Args:
+      rules: glob pattern -> multiplier >= 0, e.g. `{"backbone/**": 0.1, "**/bias": 2.0}`; the
+        first matching pattern (dict order) wins.
+      default: the multiplier of leaves no pattern matches.
+      tx: the optimizer whose updates are scaled (None: scale the incoming updates).
+      strict: a pattern that matches no parameter (or only ones taken by earlier patterns) raises
+        a `ValueError` listing the available paths; pass False to allow it.
+
+    Returns:
+      A `GradientTransformation`; state `EmptyState()` without `tx`, else `MaskedState`.
+
+    Reference: nnabla's `parameter_variable { learning_rate_multiplier }` (multiplier 0 leaves the
+    parameter out of the solver), PyTorch per-group learning rates.
+    """
+    who = "lr_multipliers"
+    _check_factors(who, rules, default, non_negative=True)
+    if tx is None:
+        return _stateless_factors(who, rules, default, strict)
+    tx = _as_transformation(tx, who, "tx")
+    update_fn = forward_extra_args(tx.update)
+
+    def multipliers(tree):
+        return leaf_values(who, "rules", rules, tree, default=default, strict=strict)
+
+    def init(params):
+        keep = jax.tree.map(lambda m: m != 0, multipliers(params))
+        with error_context(who):
+            return MaskedState(inner_state=tx.init(prune(params, keep)))
+
+    def update(updates, state, params=None, **extra_args):
+        _check_state(who, state, MaskedState)
+        _check_params(who, updates, params)
+        mults = multipliers(updates)
+        keep = jax.tree.map(lambda m: m != 0, mults)
+        u, inner = _run_on(who, update_fn, keep, updates, state.inner_state, params, extra_args)
+        scaled = jax.tree.map(
+            lambda m, a, g: _scale_leaf(m, a) if m != 0 else jnp.zeros_like(g), mults, u, updates
+        )
+        return scaled, MaskedState(inner_state=inner)
+
+    return GradientTransformation(init, update)
+
+
+def scale_gradient_by(
+    rules: Mapping[str, float], default: float = 1.0, *, strict: bool = True
+) -> GradientTransformation:
+    r"""Multiply each gradient by a per-parameter factor chosen by glob patterns on its path.
+
+    .. math::  u_i = s_i \, g_i
+
+    Place it first in a chain to rescale gradients before the optimizer sees them (e.g. the
+    gradients of quantizer step sizes); unlike `lr_multipliers` the optimizer's own normalisation
+    (Adam's) may undo it. A factor of 0 zeroes the gradient but does not freeze the parameter
+    (weight decay and momentum still move it): use `freeze` or `lr_multipliers` for that.
+
+    Args:
+      rules: glob pattern -> finite factor (negative reverses the gradient); the first matching
+        pattern (dict order) wins.
+      default: the factor of leaves no pattern matches.
+      strict: as for `lr_multipliers`.
+
+    Returns:
+      A stateless `GradientTransformation` (state `EmptyState()`).
+
+    Reference: nnabla's `Solver.scale_grad` applied per parameter; gradient scaling of quantizer
+    parameters in quantization-aware training.
+    """
+    who = "scale_gradient_by"
+    _check_factors(who, rules, default, non_negative=False)
+    return _stateless_factors(who, rules, default, strict)
+
+
+__all__ = [
+    "MaskedState",
+    "MultiTransformState",
+    "freeze",
+    "lr_multipliers",
+    "masked",
+    "multi_transform",
+    "scale_gradient_by",
+]

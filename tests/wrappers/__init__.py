@@ -1,0 +1,1 @@
+"""Tests of gradtx.wrappers (one module per wrapper family)."""

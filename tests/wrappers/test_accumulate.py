@@ -1,0 +1,167 @@
+"""accumulate_k_steps: k micro-steps equal one inner step on the mean (or sum) of the gradients."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+import gradtx
+
+from ..helpers import assert_trees_close, grad_sequence, mixed_params, run
+
+K, N = 3, 12  # k micro-steps per inner step, n inner steps
+
+
+def _adam():
+    return gradtx.chain(gradtx.scale_by_adam(), gradtx.scale_by_learning_rate(0.05))
+
+
+def _mean_groups(grads, k, average=True):
+    groups = [grads[i : i + k] for i in range(0, len(grads), k)]
+    combine = (lambda *xs: sum(xs) / k) if average else (lambda *xs: sum(xs))
+    return [jax.tree.map(combine, *g) for g in groups]
+
+
+@pytest.mark.parametrize("average", [True, False], ids=["mean", "sum"])
+def test_k_micro_steps_equal_one_inner_step(average):
+    params = mixed_params()
+    grads = grad_sequence(params, K * N)
+    ours, _, ours_params = run(
+        gradtx.accumulate_k_steps(_adam(), K, average=average), params, grads
+    )
+    ref, _, ref_params = run(_adam(), params, _mean_groups(grads, K, average))
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    for i, u in enumerate(ours):
+        if i % K == K - 1:
+            assert_trees_close(u, ref[i // K], 1e-6, 1e-6, msg=f"micro-step {i}")
+        else:
+            assert_trees_close(u, zeros, 0, 0, msg=f"micro-step {i} must be exactly zero")
+    assert_trees_close(ours_params, ref_params, 1e-6, 1e-6)
+
+
+def test_matches_optax_multisteps():
+    params = mixed_params()
+    grads = grad_sequence(params, K * 6)
+    ours, _, _ = run(gradtx.accumulate_k_steps(optax.adam(0.05), K), params, grads)
+    ref, _, _ = run(optax.MultiSteps(optax.adam(0.05), K), params, grads)
+    for i, (a, b) in enumerate(zip(ours, ref, strict=True)):
+        assert_trees_close(a, b, 1e-6, 1e-7, msg=f"micro-step {i}")
+
+
+def test_k1_is_the_inner_transformation():
+    tx = _adam()
+    assert gradtx.accumulate_k_steps(tx, 1) is tx
+
+
+def test_state_holds_one_extra_buffer_per_leaf():
+    params = mixed_params()
+    tx = _adam()
+    acc = gradtx.accumulate_k_steps(tx, 4)
+    state = acc.init(params)
+    n_params = len(jax.tree.leaves(params))
+    assert len(jax.tree.leaves(state)) == len(jax.tree.leaves(tx.init(params))) + n_params + 1
+    assert jax.tree.structure(state.grad_sum) == jax.tree.structure(params)
+    assert state.micro_step.dtype == jnp.int32
+
+
+def test_accumulator_dtype_and_update_dtype():
+    params = mixed_params(dtype=jnp.bfloat16)
+    acc = gradtx.accumulate_k_steps(_adam(), 2, accumulator_dtype=jnp.float32)
+    state = acc.init(params)
+    assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(state.grad_sum))
+    step = jax.jit(acc.update)
+    for g in grad_sequence(params, 4):
+        updates, state = step(g, state, params)
+        assert all(u.dtype == jnp.bfloat16 for u in jax.tree.leaves(updates))
+        assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(state.grad_sum))
+
+
+class _TimesValue(gradtx.GradientTransformation):
+    """Scales updates by the `value` extra argument and counts its calls (test helper)."""
+
+    def __new__(cls):
+        def init(params):
+            del params
+            return jnp.zeros([], jnp.int32)
+
+        def update(updates, state, params=None, *, value):
+            del params
+            return jax.tree.map(lambda u: u * value, updates), state + 1
+
+        return super().__new__(cls, init, update)
+
+
+def test_inside_chain_forwards_extra_args_on_the_kth_step():
+    params = {"w": jnp.ones(3)}
+    tx = gradtx.chain(gradtx.zero_nans(), gradtx.accumulate_k_steps(_TimesValue(), 2))
+    state = tx.init(params)
+    step = jax.jit(lambda g, s, v: tx.update(g, s, params, value=v))
+    u1, state = step({"w": jnp.full(3, 2.0)}, state, 10.0)
+    u2, state = step({"w": jnp.full(3, 4.0)}, state, 5.0)
+    np.testing.assert_array_equal(u1["w"], np.zeros(3))
+    np.testing.assert_array_equal(u2["w"], np.full(3, 15.0))  # mean 3, times the 2nd value
+    assert int(state[1].inner_state) == 1  # the inner transformation ran once
+
+
+def test_under_pmap():
+    devices = jax.devices("cpu")[:8]
+    params = {"w": jnp.linspace(-1.0, 1.0, 6), "b": jnp.zeros(2)}
+    rng = np.random.default_rng(0)
+    # micro-batch gradients per device: [step, device, ...]
+    per_device = [
+        jax.tree.map(lambda x: jnp.asarray(rng.normal(size=(8, *x.shape)), x.dtype), params)
+        for _ in range(K * 4)
+    ]
+    acc = gradtx.accumulate_k_steps(_adam(), K)
+
+    def step(g, s, p):
+        g = jax.lax.pmean(g, axis_name="batch")
+        u, s = acc.update(g, s, p)
+        return gradtx.apply_updates(p, u), s
+
+    pstep = jax.pmap(step, axis_name="batch", devices=devices)
+    rep = lambda t: jax.tree.map(lambda x: jnp.stack([x] * 8), t)
+    p, s = rep(params), rep(acc.init(params))
+    for g in per_device:
+        p, s = pstep(g, s, p)
+    mean_grads = [jax.tree.map(lambda x: x.mean(0), g) for g in per_device]
+    _, _, ref_params = run(_adam(), params, _mean_groups(mean_grads, K))
+    for d in range(8):
+        assert_trees_close(jax.tree.map(lambda x: x[d], p), ref_params, 1e-6, 1e-6, msg=f"dev {d}")
+
+
+def test_under_sharded_jit():
+    mesh = Mesh(np.array(jax.devices("cpu")[:8]), ("data",))
+    sharded = NamedSharding(mesh, PartitionSpec("data"))
+    params = {"w": jnp.linspace(-1.0, 1.0, 16).reshape(8, 2), "b": jnp.zeros(8)}
+    grads = grad_sequence(params, K * 3)
+    acc = gradtx.accumulate_k_steps(_adam(), K)
+    p = jax.device_put(params, sharded)
+    s = acc.init(p)
+    step = jax.jit(lambda g, s, p: acc.update(g, s, p))
+    for g in grads:
+        u, s = step(jax.device_put(g, sharded), s, p)
+        p = gradtx.apply_updates(p, u)
+    assert p["w"].sharding.is_equivalent_to(sharded, 2)
+    _, _, ref_params = run(_adam(), params, _mean_groups(grads, K))
+    assert_trees_close(p, ref_params, 1e-6, 1e-6)
+
+
+def test_bad_arguments_name_the_wrapper():
+    with pytest.raises(ValueError, match=r"accumulate_k_steps: k must be >= 1, got 0"):
+        gradtx.accumulate_k_steps(_adam(), 0)
+    with pytest.raises(ValueError, match=r"accumulate_k_steps: k must be an integer, got 2.0"):
+        gradtx.accumulate_k_steps(_adam(), 2.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="accumulate_k_steps: tx must be a GradientTransformation"):
+        gradtx.accumulate_k_steps(gradtx.sgd, 2)  # type: ignore[arg-type]
+
+
+def test_mismatched_tree_names_wrapper_and_path():
+    acc = gradtx.accumulate_k_steps(_adam(), 2)
+    state = acc.init({"a": jnp.zeros(2), "b": jnp.zeros(3)})
+    with pytest.raises(ValueError, match=r"accumulate_k_steps: updates and state.grad_sum differ"):
+        acc.update({"a": jnp.zeros(2), "c": jnp.zeros(3)}, state)

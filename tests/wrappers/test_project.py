@@ -1,0 +1,118 @@
+"""project, box, non_negative, l2_ball: params + update lands in the set."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gradtx
+
+from ..helpers import mixed_params
+
+STEPS = 100
+
+
+def _push(direction):
+    """A constant gradient that drives every parameter toward `direction` (+1 up, -1 down)."""
+    return lambda params: jax.tree.map(lambda x: -direction * jnp.ones_like(x), params)
+
+
+def _run_pushed(tx, params, direction):
+    step = jax.jit(
+        lambda p, s: (lambda u, s: (gradtx.apply_updates(p, u), s))(
+            *tx.update(_push(direction)(p), s, p)
+        )
+    )
+    state = tx.init(params)
+    history = []
+    for _ in range(STEPS):
+        params, state = step(params, state)
+        history.append(params)
+    return history
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=str)
+@pytest.mark.parametrize("direction", [1, -1], ids=["up", "down"])
+def test_box_keeps_params_inside_for_100_steps(dtype, direction):
+    params = mixed_params(dtype=dtype)
+    lower = jax.tree.map(lambda x: jnp.full_like(x, -0.3), params)  # a tree of bounds
+    tx = gradtx.chain(gradtx.adam(0.05), gradtx.box(lower, 0.7))
+    for p in _run_pushed(tx, params, direction):
+        for x in jax.tree.leaves(p):
+            x = np.asarray(x, np.float32)
+            assert np.all(x >= np.float32(jnp.asarray(-0.3, dtype)))
+            assert np.all(x <= np.float32(jnp.asarray(0.7, dtype)))
+    final = np.concatenate([np.ravel(np.asarray(x, np.float32)) for x in jax.tree.leaves(p)])
+    np.testing.assert_allclose(final, 0.7 if direction > 0 else -0.3, rtol=1e-2)
+
+
+def test_box_bounds_hold_exactly_from_far_outside():
+    # p + (0.1 - p) rounds above 0.1 for about a quarter of these values without the correction
+    rng = np.random.default_rng(0)
+    params = {"q": jnp.asarray(rng.uniform(1.0, 100.0, 4096), jnp.float32)}
+    tx = gradtx.box(-0.1, 0.1)
+    updates, _ = jax.jit(tx.update)(jax.tree.map(jnp.zeros_like, params), tx.init(params), params)
+    q = np.asarray(params["q"])
+    naive = q + (np.float32(0.1) - q)
+    assert np.sum(naive > np.float32(0.1)) > 100  # the case the correction is for
+    new = np.asarray(gradtx.apply_updates(params, updates)["q"])
+    assert np.all(new <= np.float32(0.1))
+    assert np.all(new >= np.float32(0.1) - 2 * np.spacing(q))  # as close as float32 allows
+
+
+def test_updates_inside_the_box_are_unchanged():
+    params = {"a": jnp.array([0.0, 0.5, 0.9]), "b": jnp.array([2.0])}
+    g = {"a": jnp.array([0.1, -0.2, 0.5]), "b": jnp.array([0.3])}
+    u, _ = gradtx.box(-1.0, 1.0).update(g, gradtx.EmptyState(), params)
+    np.testing.assert_array_equal(u["a"][:2], g["a"][:2])
+    np.testing.assert_allclose(np.asarray(params["a"][2] + u["a"][2]), 1.0)
+    np.testing.assert_allclose(np.asarray(params["b"] + u["b"]), [1.0])  # pulled back in
+
+
+def test_non_negative_for_100_steps():
+    params = mixed_params()
+    tx = gradtx.chain(gradtx.sgd(0.2, momentum=0.9), gradtx.non_negative())
+    for p in _run_pushed(tx, params, -1):
+        assert all(np.all(np.asarray(x) >= 0) for x in jax.tree.leaves(p))
+    assert all(np.all(np.asarray(x) == 0) for x in jax.tree.leaves(p))
+
+
+def test_l2_ball_for_100_steps():
+    params = jax.tree.map(lambda x: 0.1 * x, mixed_params())
+    tx = gradtx.chain(gradtx.adam(0.1), gradtx.l2_ball(2.0))
+    norms = [float(gradtx.tree.norm(p)) for p in _run_pushed(tx, params, 1)]
+    assert max(norms) <= 2.0 * (1 + 1e-6)
+    assert norms[-1] == pytest.approx(2.0, rel=1e-5)  # pushed to the boundary
+
+
+def test_project_with_a_custom_set_and_errors():
+    # the probability simplex for one leaf, via sorting (Duchi et al. 2008)
+    def simplex(tree):
+        def leaf(v):
+            s = jnp.sort(v)[::-1]
+            css = jnp.cumsum(s) - 1.0
+            k = jnp.arange(1, v.size + 1)
+            rho = jnp.max(jnp.where(s - css / k > 0, k, 0))
+            return jnp.maximum(v - css[rho - 1] / rho, 0.0)
+
+        return jax.tree.map(leaf, tree)
+
+    params = {"w": jnp.full(4, 0.25)}
+    tx = gradtx.chain(gradtx.sgd(0.3), gradtx.project(simplex))
+    rng = np.random.default_rng(0)
+    state = tx.init(params)
+    for _ in range(20):
+        u, state = tx.update({"w": jnp.asarray(rng.normal(size=4), jnp.float32)}, state, params)
+        params = gradtx.apply_updates(params, u)
+        assert np.all(np.asarray(params["w"]) >= 0)
+        assert float(jnp.sum(params["w"])) == pytest.approx(1.0, abs=1e-6)
+    with pytest.raises(ValueError, match=r"box: lower must be <= upper, got lower=1.0, upper=0.0"):
+        gradtx.box(1.0, 0.0)
+    with pytest.raises(ValueError, match=r"l2_ball: radius must be > 0, got 0.0"):
+        gradtx.l2_ball(0.0)
+    with pytest.raises(ValueError, match=r"non_negative needs the current parameters"):
+        gradtx.non_negative().update(params, gradtx.EmptyState())
+    with pytest.raises(ValueError, match=r"project: params and fn\(params \+ updates\) differ"):
+        gradtx.project(lambda p: {"v": p["w"]}).update(params, gradtx.EmptyState(), params)
