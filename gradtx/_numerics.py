@@ -65,7 +65,7 @@ def safe_norm(
     """
     sq = _norm_sq(jnp.asarray(x), axis=axis, keepdims=keepdims)
     min_norm = jnp.asarray(min_norm, sq.dtype)
-    positive = sq > min_norm**2
+    positive = ~(sq <= min_norm**2)  # NaN stays on the sqrt branch, so it propagates
     # Feed a harmless 1 into sqrt where the branch is discarded, so its gradient stays finite.
     return jnp.where(positive, jnp.sqrt(jnp.where(positive, sq, 1.0)), min_norm)
 
@@ -76,7 +76,7 @@ def safe_rms(x: ArrayLike, min_rms: ArrayLike = 0.0) -> jax.Array:
     n = max(int(x.size), 1)
     ms = _norm_sq(x) / n
     min_rms = jnp.asarray(min_rms, ms.dtype)
-    positive = ms > min_rms**2
+    positive = ~(ms <= min_rms**2)  # NaN stays on the sqrt branch, so it propagates
     return jnp.where(positive, jnp.sqrt(jnp.where(positive, ms, 1.0)), min_rms)
 
 

@@ -1,0 +1,128 @@
+"""Gradient preprocessing: annealed Gaussian gradient noise and gradient centralization."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._checks import check_non_negative
+from .._core import EmptyState, GradientTransformation
+from .._numerics import safe_increment, zero_count
+from .._typing import ArrayLike
+from ._adaptive import _compute
+
+
+class AddNoiseState(NamedTuple):
+    count: jax.Array  # type: ignore[assignment]  # int32, saturating
+    rng_key: jax.Array  # raw PRNG key data (uint32), as `jax.random.key_data` returns it
+
+
+def _key_data(who: str, seed: Any) -> jax.Array:
+    """The raw key data of a seed (an integer) or a PRNG key (typed, or legacy uint32)."""
+    if isinstance(seed, jax.Array) and jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
+        return jax.random.key_data(seed)
+    if isinstance(seed, bool):
+        raise ValueError(f"{who}: seed must be an integer or a PRNG key, got {seed!r}")
+    arr = seed if isinstance(seed, jax.Array) else np.asarray(seed)
+    if arr.ndim == 0 and jnp.issubdtype(arr.dtype, jnp.integer):
+        return jax.random.key_data(jax.random.key(seed))
+    if arr.dtype == jnp.uint32 and arr.ndim == 1:  # a legacy key, e.g. jax.random.PRNGKey(0)
+        return jnp.asarray(arr)
+    raise ValueError(f"{who}: seed must be an integer or a PRNG key, got {seed!r}")
+
+
+def add_noise(
+    eta: ArrayLike, gamma: ArrayLike, seed: Any = None, *, key: Any = None
+) -> GradientTransformation:
+    r"""Add annealed Gaussian noise to the updates.
+
+    .. math::  u_t = g_t + \sigma_t\, \xi_t, \qquad \sigma_t = \sqrt{\eta / t^{\gamma}}, \qquad
+      \xi_t \sim \mathcal N(0, I), \quad t = 1, 2, \dots
+
+    The PRNG key lives in the state, so a run is reproducible from `seed` and from a checkpoint.
+    The random stream is the one of `optax.add_noise` with the same key (one split per step, then
+    one key per leaf). Noise is drawn in float32 for low-precision leaves; updates keep their
+    dtype. RETURNN's `gradient_noise` differs: a constant standard deviation and a normal
+    truncated to two standard deviations.
+
+    Args:
+      eta: :math:`\eta` >= 0, the variance at the first step.
+      gamma: :math:`\gamma` >= 0, the decay exponent of the variance (0.55 in the paper).
+      seed: an integer seed or a PRNG key (`jax.random.key(0)` or a legacy
+        `jax.random.PRNGKey(0)`); Optax's third positional argument `key` maps here. None (and
+        no `key`) means seed 0.
+      key: the same as `seed`, under Optax's name; give at most one of the two.
+
+    Returns:
+      A `GradientTransformation` with state `AddNoiseState(count, rng_key)`.
+
+    Reference: Neelakantan et al., "Adding Gradient Noise Improves Learning for Very Deep
+    Networks" (arXiv:1511.06807, 2015).
+    """
+    who = "add_noise"
+    check_non_negative(who, "eta", eta)
+    check_non_negative(who, "gamma", gamma)
+    if seed is not None and key is not None:
+        raise ValueError(f"{who}: give either seed or key, got seed={seed!r} and key={key!r}")
+    seed = key if key is not None else (0 if seed is None else seed)
+    _key_data(who, seed)  # validate now rather than at the first init
+
+    def init(params):
+        del params
+        return AddNoiseState(count=zero_count(), rng_key=_key_data(who, seed))
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        count = safe_increment(state.count)
+        std = jnp.sqrt(eta / jnp.asarray(count, jnp.float32) ** gamma)
+        next_key, sample_key = jax.random.split(jax.random.wrap_key_data(state.rng_key))
+        leaves, treedef = jax.tree.flatten(updates)
+        keys = jax.random.split(sample_key, len(leaves))
+        noisy = []
+        for i, g in enumerate(leaves):
+            g32 = _compute(g)
+            xi = jax.random.normal(keys[i], jnp.shape(g), g32.dtype)
+            noisy.append((g32 + std * xi).astype(g.dtype))
+        new_state = AddNoiseState(count=count, rng_key=jax.random.key_data(next_key))
+        return jax.tree.unflatten(treedef, noisy), new_state
+
+    return GradientTransformation(init, update)
+
+
+def centralize() -> GradientTransformation:
+    r"""Subtract from each update its mean over all axes but the first (gradient centralization).
+
+    .. math::  u_{i,\dots} = g_{i,\dots} - \mathrm{mean}_{\dots}\, g_{i,\dots}
+
+    Leaves of rank 0 and 1 pass unchanged. The mean is computed in float32. Matches
+    `optax.centralize`.
+
+    Returns:
+      A stateless `GradientTransformation` (state `EmptyState`).
+
+    Reference: Yong et al., "Gradient Centralization: A New Optimization Technique for Deep
+    Neural Networks" (ECCV 2020).
+    """
+
+    def leaf(g):
+        if jnp.ndim(g) <= 1:
+            return g
+        g32 = _compute(g)
+        mean = jnp.mean(g32, axis=tuple(range(1, g32.ndim)), keepdims=True)
+        return (g32 - mean).astype(g.dtype)
+
+    def init(params):
+        del params
+        return EmptyState()
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        return jax.tree.map(leaf, updates), state
+
+    return GradientTransformation(init, update)
+
+
+__all__ = ["AddNoiseState", "add_noise", "centralize"]

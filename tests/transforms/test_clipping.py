@@ -1,0 +1,173 @@
+"""Clipping by value, per-leaf norm, global norm, block RMS and unit-wise (AGC)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import gradtx
+
+from ..helpers import compare_to_numpy, compare_transformations, grad_sequence, mixed_params
+from ..reference_cache import assert_matches_reference, with_modes
+
+# The gradients of mixed_params (39 elements, standard normal) have a global norm near 6 and
+# leaf RMS near 1: these thresholds clip on some steps and leaves and not on others.
+MATCHES_OPTAX = [
+    ("clip", lambda: gradtx.clip(0.8), lambda: optax.clip(0.8)),
+    (
+        "global_norm",
+        lambda: gradtx.clip_by_global_norm(6.0),
+        lambda: optax.clip_by_global_norm(6.0),
+    ),
+    ("block_rms", lambda: gradtx.clip_by_block_rms(0.9), lambda: optax.clip_by_block_rms(0.9)),
+    (
+        "agc",
+        lambda: gradtx.adaptive_grad_clip(0.5, eps=0.1),
+        lambda: optax.adaptive_grad_clip(0.5, eps=0.1),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("key", "ours", "reference", "jit"),
+    with_modes(MATCHES_OPTAX, eager={"clip", "global_norm", "block_rms", "agc"}),
+)
+def test_matches_optax(key, ours, reference, jit):
+    assert_matches_reference(key, ours(), reference, jit=jit)
+
+
+def _per_leaf_norm_clip(max_norm):
+    """RETURNN's gradient_clip_norm / nnabla's clip_grad_by_norm: g * c / max(|g|, c)."""
+
+    def make():
+        def ref(grads, params):
+            return [g * max_norm / max(np.linalg.norm(g), max_norm) for g in grads]
+
+        return ref
+
+    return make
+
+
+def test_clip_by_norm_matches_numpy(use_jit):
+    compare_to_numpy(gradtx.clip_by_norm(2.0), _per_leaf_norm_clip(2.0), jit=use_jit)
+
+
+def test_clip_by_norm_clips_each_leaf_on_its_own():
+    grads = {"big": jnp.array([30.0, 40.0]), "small": jnp.array([0.3, 0.4])}
+    tx = gradtx.clip_by_norm(5.0)
+    updates, _ = tx.update(grads, tx.init(grads))
+    np.testing.assert_allclose(updates["big"], [3.0, 4.0], rtol=1e-6)
+    np.testing.assert_array_equal(updates["small"], grads["small"])
+
+
+def test_global_norm_is_one_norm_over_all_leaves():
+    grads = {"a": jnp.array([3.0, 0.0]), "b": jnp.array([[0.0], [4.0]])}  # global norm 5
+    tx = gradtx.clip_by_global_norm(1.0)
+    updates, _ = tx.update(grads, tx.init(grads))
+    np.testing.assert_allclose(updates["a"], [0.6, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(updates["b"], [[0.0], [0.8]], rtol=1e-6)
+    unchanged, _ = gradtx.clip_by_global_norm(5.5).update(grads, ())
+    for k in grads:
+        np.testing.assert_array_equal(unchanged[k], grads[k])
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=str)
+def test_global_norm_of_low_precision_gradients_is_taken_in_float32(dtype):
+    params = mixed_params(dtype=dtype)
+    grads = grad_sequence(params, 1, scale=300.0)[0]  # squares overflow float16
+    grads32 = gradtx.tree.cast(grads, jnp.float32)
+    tx = gradtx.clip_by_global_norm(10.0)
+    low, _ = tx.update(grads, tx.init(params))
+    full, _ = tx.update(grads32, tx.init(grads32))
+    for a, b in zip(jax.tree.leaves(low), jax.tree.leaves(full), strict=True):
+        assert a.dtype == dtype
+        np.testing.assert_allclose(np.asarray(a, np.float32), b, rtol=1e-2, atol=1e-3)
+    assert abs(float(gradtx.tree.norm(low)) - 10.0) < 0.1
+
+
+@pytest.mark.parametrize(
+    "tx",
+    [gradtx.clip_by_global_norm(1.0), gradtx.clip_by_norm(1.0)],
+    ids=["global_norm", "per_leaf_norm"],
+)
+def test_clipping_has_finite_gradients_at_zero(tx):
+    # Differentiating through the clipping (e.g. for meta-gradients) at an all-zero gradient.
+    grads = {"a": jnp.zeros(3), "b": jnp.zeros((2, 2))}
+    d = jax.grad(lambda g: gradtx.tree.sum(tx.update(g, tx.init(g))[0]))(grads)
+    for leaf in jax.tree.leaves(d):
+        np.testing.assert_array_equal(leaf, np.ones_like(leaf))
+
+
+def test_agc_with_explicit_axis_matches_optax():
+    rng = np.random.default_rng(0)
+    params = {
+        "kernel": jnp.asarray(rng.normal(size=(3, 4)), jnp.float32),
+        "heads": jnp.asarray(rng.normal(size=(2, 3, 5)), jnp.float32),
+    }
+    compare_transformations(
+        gradtx.adaptive_grad_clip(0.2, axis=-1),
+        optax.adaptive_grad_clip(0.2, axis=-1),
+        params=params,
+        steps=100,
+    )
+
+
+def test_agc_needs_params_and_names_unsupported_ranks():
+    tx = gradtx.adaptive_grad_clip(0.1)
+    with pytest.raises(ValueError, match="adaptive_grad_clip needs the current parameters"):
+        tx.update({"w": jnp.ones(3)}, tx.init({"w": jnp.ones(3)}))
+    big = {"w": jnp.ones((2,) * 6)}
+    with pytest.raises(
+        ValueError, match=r"adaptive_grad_clip: .*shape \(2, 2, 2, 2, 2, 2\).*axis="
+    ):
+        tx.update(big, tx.init(big), big)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: gradtx.clip(0.0), "clip: max_delta must be > 0, got 0.0"),
+        (lambda: gradtx.clip(-1), "clip: max_delta must be > 0, got -1"),
+        (lambda: gradtx.clip_by_norm(0), "clip_by_norm: max_norm must be > 0, got 0"),
+        (
+            lambda: gradtx.clip_by_global_norm(-1.0),
+            "clip_by_global_norm: max_norm must be > 0, got -1.0",
+        ),
+        (
+            lambda: gradtx.clip_by_block_rms(0.0),
+            "clip_by_block_rms: threshold must be > 0, got 0.0",
+        ),
+        (
+            lambda: gradtx.adaptive_grad_clip(0.0),
+            "adaptive_grad_clip: clipping must be > 0, got 0.0",
+        ),
+        (
+            lambda: gradtx.adaptive_grad_clip(0.1, eps=-1e-3),
+            "adaptive_grad_clip: eps must be >= 0, got -0.001",
+        ),
+    ],
+)
+def test_invalid_thresholds_raise(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_traced_thresholds_are_accepted():
+    params = mixed_params()
+    g = grad_sequence(params, 1)[0]
+
+    def step(c):
+        tx = gradtx.chain(
+            gradtx.clip(c),
+            gradtx.clip_by_norm(c),
+            gradtx.clip_by_block_rms(c),
+            gradtx.adaptive_grad_clip(c),
+            gradtx.clip_by_global_norm(c),
+        )
+        return tx.update(g, tx.init(params), params)[0]
+
+    for a, b in zip(jax.tree.leaves(jax.jit(step)(0.7)), jax.tree.leaves(step(0.7)), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)

@@ -1,0 +1,127 @@
+"""Annealed gradient noise (`add_noise`) and gradient centralization (`centralize`)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import gradtx
+
+from ..helpers import grad_sequence, run
+from ..reference_cache import assert_matches_reference, with_modes
+
+MATCHES_OPTAX = [
+    # The same random stream as Optax's from the same seed (the other key forms are checked
+    # against the integer seed below).
+    ("noise", lambda: gradtx.add_noise(0.3, 0.55, 3), lambda: optax.add_noise(0.3, 0.55, 3)),
+    ("centralize", lambda: gradtx.centralize(), lambda: optax.centralize()),
+]
+
+
+@pytest.mark.parametrize(
+    ("key", "ours", "reference", "jit"), with_modes(MATCHES_OPTAX, eager={"noise", "centralize"})
+)
+def test_matches_optax(key, ours, reference, jit):
+    assert_matches_reference(key, ours(), reference, jit=jit)
+
+
+def _first_updates(tx, steps=3):
+    params = {"a": jnp.zeros((4, 3)), "b": jnp.zeros(5)}
+    grads = grad_sequence(params, steps)
+    updates, _, _ = run(tx, params, grads, jit=False)
+    return np.concatenate([np.ravel(x) for u in updates for x in jax.tree.leaves(u)])
+
+
+def test_noise_is_reproducible_from_the_seed_in_any_form():
+    by_int = _first_updates(gradtx.add_noise(0.1, 0.55, 5))
+    for same in (
+        gradtx.add_noise(0.1, 0.55, 5),
+        gradtx.add_noise(0.1, 0.55, key=5),
+        gradtx.add_noise(0.1, 0.55, jax.random.key(5)),
+        gradtx.add_noise(0.1, 0.55, jax.random.PRNGKey(5)),
+    ):
+        np.testing.assert_array_equal(_first_updates(same), by_int)
+    assert not np.allclose(_first_updates(gradtx.add_noise(0.1, 0.55, 6)), by_int)
+
+
+def test_noise_standard_deviation_is_annealed():
+    eta, gamma = 0.5, 0.55
+    tx = gradtx.add_noise(eta, gamma, 0)
+    zeros = {"w": jnp.zeros(20_000)}
+    state = tx.init(zeros)
+    step = jax.jit(tx.update)
+    for t in range(1, 101):
+        noise, state = step(zeros, state)
+        if t in (1, 100):
+            expected = np.sqrt(eta / t**gamma)
+            assert abs(float(jnp.std(noise["w"])) / expected - 1.0) < 0.03, t
+            assert abs(float(jnp.mean(noise["w"]))) < 0.03 * expected
+
+
+def test_noise_state_is_plain_arrays_and_survives_scan():
+    tx = gradtx.add_noise(0.1, 0.55, 1)
+    params = {"dense": {"kernel": jnp.zeros((3, 2)), "bias": jnp.zeros(2)}}
+    state = tx.init(params)
+    assert isinstance(state, gradtx.AddNoiseState)
+    assert state.rng_key.dtype == jnp.uint32  # raw key data: serialisable like any array
+    grads = jax.tree.map(lambda *xs: jnp.stack(xs), *grad_sequence(params, 4))
+    final, noisy = jax.lax.scan(lambda s, g: tx.update(g, s)[::-1], state, grads)
+    assert jax.tree.structure(final) == jax.tree.structure(state)
+    assert int(final.count) == 4
+    # Each step draws fresh noise: the four steps' noise differs.
+    diffs = jax.tree.map(lambda n, g: n - g, noisy, grads)
+    first = np.asarray(diffs["dense"]["kernel"])
+    assert not np.allclose(first[0], first[1])
+
+
+def test_noise_keeps_low_precision_dtypes():
+    params = {"w": jnp.zeros((2, 3), jnp.bfloat16), "b": jnp.zeros(3, jnp.float16)}
+    tx = gradtx.add_noise(0.01, 0.55, 0)
+    updates, _, _ = run(tx, params, grad_sequence(params, 2), jit=False)
+    for u in updates:
+        assert (u["w"].dtype, u["b"].dtype) == (jnp.bfloat16, jnp.float16)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: gradtx.add_noise(-0.1, 0.55), "add_noise: eta must be >= 0, got -0.1"),
+        (lambda: gradtx.add_noise(0.1, -1), "add_noise: gamma must be >= 0, got -1"),
+        (lambda: gradtx.add_noise(0.1, 0.5, 1, key=2), "add_noise: give either seed or key"),
+        (lambda: gradtx.add_noise(0.1, 0.5, 1.5), "add_noise: seed must be an integer or"),
+        (lambda: gradtx.add_noise(0.1, 0.5, True), "add_noise: seed must be an integer or"),
+    ],
+)
+def test_invalid_arguments_raise(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_traced_eta_and_seed_are_accepted():
+    params = {"w": jnp.zeros((2, 3)), "b": jnp.zeros(3)}
+    g = grad_sequence(params, 1)[0]
+
+    def step(eta, seed):
+        tx = gradtx.add_noise(eta, 0.55, seed)
+        return tx.update(g, tx.init(params))[0]
+
+    traced = jax.jit(step)(0.2, 4)
+    for a, b in zip(jax.tree.leaves(traced), jax.tree.leaves(step(0.2, 4)), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_centralize_subtracts_the_mean_over_all_but_the_first_axis():
+    g = {
+        "matrix": jnp.array([[1.0, 2.0, 6.0], [4.0, 4.0, 4.0]], jnp.bfloat16),
+        "vector": jnp.array([1.0, 2.0]),
+        "scalar": jnp.array(3.0),
+    }
+    tx = gradtx.centralize()
+    out, _ = tx.update(g, tx.init(g))
+    assert out["matrix"].dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(out["matrix"], np.float32), [[-2, -1, 3], [0, 0, 0]])
+    np.testing.assert_array_equal(out["vector"], g["vector"])
+    np.testing.assert_array_equal(out["scalar"], g["scalar"])
