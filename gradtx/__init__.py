@@ -3,6 +3,7 @@
 The public API, re-exported explicitly. No logic lives here.
 """
 
+from . import schedules as schedules
 from . import tree as tree
 
 # -- core protocol -----------------------------------------------------------------------------
@@ -14,25 +15,143 @@ from ._core import identity as identity
 from ._core import named_chain as named_chain
 from ._core import stateless as stateless
 
+# -- optimizers: adam family -------------------------------------------------------------------
+from .optimizers._adam import adam as adam
+from .optimizers._adam import adamw as adamw
+from .optimizers._adam import nadam as nadam
+from .optimizers._adam import nadamw as nadamw
+from .optimizers._adam_variants import adabelief as adabelief
+from .optimizers._adam_variants import adamax as adamax
+from .optimizers._adam_variants import adamaxw as adamaxw
+from .optimizers._adam_variants import amsgrad as amsgrad
+from .optimizers._adam_variants import novograd as novograd
+from .optimizers._adam_variants import radam as radam
+from .optimizers._adam_variants import yogi as yogi
+
+# -- optimizers: adaptive (adagrad, adadelta, rmsprop, adafactor) -------------------------------
+from .optimizers._adaptive import adadelta as adadelta
+from .optimizers._adaptive import adafactor as adafactor
+from .optimizers._adaptive import adagrad as adagrad
+from .optimizers._adaptive import rmsprop as rmsprop
+
+# -- optimizers: large batch (lamb, lars) -------------------------------------------------------
+from .optimizers._large_batch import lamb as lamb
+from .optimizers._large_batch import lars as lars
+
 # -- optimizers: sgd ---------------------------------------------------------------------------
 from .optimizers._sgd import sgd as sgd
 
+# -- optimizers: sign family -------------------------------------------------------------------
+from .optimizers._sign import lion as lion
+from .optimizers._sign import sign_sgd as sign_sgd
+
+# -- schedules: Optax-named aliases (the full set lives in gradtx.schedules) ---------------------
+from .schedules import constant_schedule as constant_schedule
+from .schedules import cosine_decay_schedule as cosine_decay_schedule
+from .schedules import cosine_onecycle_schedule as cosine_onecycle_schedule
+from .schedules import exponential_decay as exponential_decay
+from .schedules import join_schedules as join_schedules
+from .schedules import linear_onecycle_schedule as linear_onecycle_schedule
+from .schedules import linear_schedule as linear_schedule
+from .schedules import piecewise_constant_schedule as piecewise_constant_schedule
+from .schedules import piecewise_interpolate_schedule as piecewise_interpolate_schedule
+from .schedules import polynomial_schedule as polynomial_schedule
+from .schedules import sgdr_schedule as sgdr_schedule
+from .schedules import warmup_constant_schedule as warmup_constant_schedule
+from .schedules import warmup_cosine_decay_schedule as warmup_cosine_decay_schedule
+from .schedules import warmup_exponential_decay_schedule as warmup_exponential_decay_schedule
+
 # -- transforms: adam family -------------------------------------------------------------------
 from .transforms._adam import ScaleByAdamState as ScaleByAdamState
+from .transforms._adam import ScaleByAmsgradState as ScaleByAmsgradState
 from .transforms._adam import scale_by_adam as scale_by_adam
+from .transforms._adam import scale_by_adamax as scale_by_adamax
+from .transforms._adam import scale_by_amsgrad as scale_by_amsgrad
+from .transforms._adam_variants import ScaleByBeliefState as ScaleByBeliefState
+from .transforms._adam_variants import ScaleByNovogradState as ScaleByNovogradState
+from .transforms._adam_variants import scale_by_belief as scale_by_belief
+from .transforms._adam_variants import scale_by_novograd as scale_by_novograd
+from .transforms._adam_variants import scale_by_radam as scale_by_radam
+from .transforms._adam_variants import scale_by_yogi as scale_by_yogi
+
+# -- transforms: adaptive (rms, stddev, rss, adadelta) -----------------------------------------
+from .transforms._adaptive import ScaleByAdadeltaState as ScaleByAdadeltaState
+from .transforms._adaptive import ScaleByRmsState as ScaleByRmsState
+from .transforms._adaptive import ScaleByRssState as ScaleByRssState
+from .transforms._adaptive import ScaleByStddevState as ScaleByStddevState
+from .transforms._adaptive import scale_by_adadelta as scale_by_adadelta
+from .transforms._adaptive import scale_by_rms as scale_by_rms
+from .transforms._adaptive import scale_by_rss as scale_by_rss
+from .transforms._adaptive import scale_by_stddev as scale_by_stddev
+
+# -- transforms: clipping ----------------------------------------------------------------------
+from .transforms._clipping import adaptive_grad_clip as adaptive_grad_clip
+from .transforms._clipping import clip as clip
+from .transforms._clipping import clip_by_block_rms as clip_by_block_rms
+from .transforms._clipping import clip_by_global_norm as clip_by_global_norm
+from .transforms._clipping import clip_by_norm as clip_by_norm
 
 # -- transforms: weight decay ------------------------------------------------------------------
 from .transforms._decay import WeightDecayState as WeightDecayState
 from .transforms._decay import weight_decay as weight_decay
 
+# -- transforms: factored second moment (adafactor) -------------------------------------------
+from .transforms._factored import FactoredState as FactoredState
+from .transforms._factored import scale_by_factored_rms as scale_by_factored_rms
+
+# -- transforms: gradient noise and centralization ---------------------------------------------
+from .transforms._gradient_ops import AddNoiseState as AddNoiseState
+from .transforms._gradient_ops import add_noise as add_noise
+from .transforms._gradient_ops import centralize as centralize
+
 # -- transforms: momentum ----------------------------------------------------------------------
 from .transforms._momentum import TraceState as TraceState
 from .transforms._momentum import trace as trace
+
+# -- transforms: plateau control (reduce_on_plateau, RETURNN newbob) ---------------------------
+from .transforms._newbob import NewbobState as NewbobState
+from .transforms._newbob import newbob as newbob
+from .transforms._plateau import ReduceOnPlateauState as ReduceOnPlateauState
+from .transforms._plateau import reduce_on_plateau as reduce_on_plateau
 
 # -- transforms: scaling -----------------------------------------------------------------------
 from .transforms._scaling import ScaleByScheduleState as ScaleByScheduleState
 from .transforms._scaling import scale as scale
 from .transforms._scaling import scale_by_learning_rate as scale_by_learning_rate
 from .transforms._scaling import scale_by_schedule as scale_by_schedule
+
+# -- transforms: sign family -------------------------------------------------------------------
+from .transforms._sign import ScaleByLionState as ScaleByLionState
+from .transforms._sign import scale_by_lion as scale_by_lion
+from .transforms._sign import scale_by_sign as scale_by_sign
+
+# -- transforms: trust ratio and parameter scale -----------------------------------------------
+from .transforms._trust_ratio import scale_by_param_block_norm as scale_by_param_block_norm
+from .transforms._trust_ratio import scale_by_param_block_rms as scale_by_param_block_rms
+from .transforms._trust_ratio import scale_by_trust_ratio as scale_by_trust_ratio
+
+# -- wrappers ----------------------------------------------------------------------------------
+from .wrappers._accumulate import AccumulateState as AccumulateState
+from .wrappers._accumulate import accumulate_k_steps as accumulate_k_steps
+from .wrappers._averaging import EmaParamsState as EmaParamsState
+from .wrappers._averaging import LookaheadState as LookaheadState
+from .wrappers._averaging import ema_params as ema_params
+from .wrappers._averaging import lookahead as lookahead
+from .wrappers._finite import ApplyIfFiniteState as ApplyIfFiniteState
+from .wrappers._finite import apply_if_finite as apply_if_finite
+from .wrappers._finite import zero_nans as zero_nans
+from .wrappers._inject import InjectHyperparamsState as InjectHyperparamsState
+from .wrappers._inject import inject_hyperparams as inject_hyperparams
+from .wrappers._partition import MaskedState as MaskedState
+from .wrappers._partition import MultiTransformState as MultiTransformState
+from .wrappers._partition import freeze as freeze
+from .wrappers._partition import lr_multipliers as lr_multipliers
+from .wrappers._partition import masked as masked
+from .wrappers._partition import multi_transform as multi_transform
+from .wrappers._partition import scale_gradient_by as scale_gradient_by
+from .wrappers._project import box as box
+from .wrappers._project import l2_ball as l2_ball
+from .wrappers._project import non_negative as non_negative
+from .wrappers._project import project as project
 
 __version__ = "0.1.0"

@@ -56,6 +56,12 @@ def _collect() -> list[OptCase]:
     from .cases import foundation
 
     cases = [*foundation.CASES]
+    from .cases import solvers_adaptive
+
+    cases += solvers_adaptive.CASES
+    from .cases import solvers_adam
+
+    cases += solvers_adam.CASES
     names = [c.name for c in cases]
     duplicates = {n for n in names if names.count(n) > 1}
     assert not duplicates, f"duplicate case names in the optimizer table: {duplicates}"

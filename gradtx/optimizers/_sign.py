@@ -1,0 +1,94 @@
+"""Sign-based optimizers: signSGD and Lion."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._core import GradientTransformation, chain
+from .._masking import MaskOrFn
+from .._typing import ArrayLike, ScalarOrSchedule
+from ..transforms import _decay
+from ..transforms._scaling import scale_by_learning_rate
+from ..transforms._sign import scale_by_lion, scale_by_sign
+
+
+def sign_sgd(learning_rate: ScalarOrSchedule) -> GradientTransformation:
+    r"""signSGD: step by the sign of each gradient entry.
+
+    .. math::  w_t = w_{t-1} - \eta_t\, \mathrm{sign}(g_t)
+
+    `chain(scale_by_sign(), scale_by_learning_rate(learning_rate))`. Matches `optax.sign_sgd`.
+
+    Args:
+      learning_rate: :math:`\eta` >= 0, a float or a schedule `count -> lr`.
+
+    Returns:
+      A `GradientTransformation`.
+
+    Example:
+      >>> import jax.numpy as jnp, gradtx
+      >>> tx = gradtx.sign_sgd(0.1)
+      >>> state = tx.init({"w": jnp.zeros(3)})
+      >>> updates, state = tx.update({"w": jnp.array([3.0, -0.2, 0.0])}, state)
+      >>> updates["w"]
+      Array([-0.1,  0.1, -0. ], dtype=float32)
+
+    Reference: Bernstein et al., "signSGD: Compressed Optimisation for Non-Convex Problems"
+    (ICML 2018).
+    """
+    return chain(scale_by_sign(), scale_by_learning_rate(learning_rate))
+
+
+def lion(
+    learning_rate: ScalarOrSchedule,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.99,
+    mu_dtype: Any = None,
+    weight_decay: ScalarOrSchedule = 1e-3,
+    mask: MaskOrFn | None = None,
+) -> GradientTransformation:
+    r"""Lion: the sign of interpolated momentum, with decoupled weight decay.
+
+    .. math::
+
+      w_t = w_{t-1} - \eta_t \left( \mathrm{sign}(\beta_1 m_{t-1} + (1-\beta_1) g_t)
+        + \lambda_t w_{t-1} \right), \qquad m_t = \beta_2 m_{t-1} + (1-\beta_2) g_t
+
+    `chain(scale_by_lion(b1, b2, mu_dtype=mu_dtype), weight_decay(weight_decay, mask),
+    scale_by_learning_rate(learning_rate))`. Matches `optax.lion` and nnabla's `Lion` (whose
+    defaults are :math:`\eta = 10^{-4}` and no decay). RETURNN's torch `Lion` with
+    `decoupled_weight_decay=True` scales the decay by :math:`\eta_t/\eta_0` only: pass
+    `weight_decay=lam / eta0` to get it. Lion typically wants a learning rate 3-10x smaller and a
+    decay 3-10x larger than AdamW.
+
+    Args:
+      learning_rate: :math:`\eta` >= 0, a float or a schedule.
+      b1: :math:`\beta_1` in [0, 1), weight of the momentum in the update.
+      b2: :math:`\beta_2` in [0, 1), decay of the momentum.
+      mu_dtype: dtype of the momentum (default: the params' dtype).
+      weight_decay: :math:`\lambda` >= 0, a float or a schedule.
+      mask: which parameters decay: a boolean tree (or prefix), a callable `params -> tree`, or
+        glob pattern(s) such as `"!**/bias"`; None decays all.
+
+    Returns:
+      A `GradientTransformation`.
+
+    Example:
+      >>> import jax.numpy as jnp, gradtx
+      >>> tx = gradtx.lion(0.1, weight_decay=0.0)
+      >>> params = {"w": jnp.ones(2)}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": jnp.array([3.0, -0.1])}, state, params)
+      >>> gradtx.apply_updates(params, updates)["w"]
+      Array([0.9, 1.1], dtype=float32)
+
+    Reference: Chen et al., "Symbolic Discovery of Optimization Algorithms" (NeurIPS 2023).
+    """
+    return chain(
+        scale_by_lion(b1, b2, mu_dtype=mu_dtype),
+        _decay.weight_decay(weight_decay, mask),
+        scale_by_learning_rate(learning_rate),
+    )
+
+
+__all__ = ["lion", "sign_sgd"]

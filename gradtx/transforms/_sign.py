@@ -1,0 +1,116 @@
+"""Sign-based preconditioners: the sign of the gradient (signSGD) and Lion."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .._checks import check_in_range, check_one_of, check_positive
+from .._core import EmptyState, GradientTransformation
+from .._numerics import safe_increment, zero_count
+from .._typing import ArrayLike, Updates
+from ..tree import assert_same_structure, map_split, zeros_like
+from ._adam import _ema, _up
+
+LION_MODES = ("hard", "smooth", "refined")
+
+
+class ScaleByLionState(NamedTuple):
+    """State of `scale_by_lion`."""
+
+    count: jax.Array  # type: ignore[assignment]  # int32, saturating
+    mu: Updates  # the momentum (EMA of g with decay b2), dtype mu_dtype or the params'
+
+
+def scale_by_sign() -> GradientTransformation:
+    r"""Replace every update by its sign.
+
+    .. math::  u_t = \mathrm{sign}(g_t) \in \{-1, 0, 1\}
+
+    (:math:`g/|g|` for complex entries). Matches `optax.scale_by_sign`.
+
+    Returns:
+      A stateless `GradientTransformation` (state `EmptyState`).
+
+    Reference: Bernstein et al., "signSGD: Compressed Optimisation for Non-Convex Problems"
+    (ICML 2018).
+    """
+
+    def init(params):
+        del params
+        return EmptyState()
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        return jax.tree.map(jnp.sign, updates), state
+
+    return GradientTransformation(init, update)
+
+
+def scale_by_lion(
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.99,
+    *,
+    mu_dtype: Any = None,
+    mode: Literal["hard", "smooth", "refined"] = "hard",
+    smooth_beta: ArrayLike = 1.0,
+) -> GradientTransformation:
+    r"""Rescale updates by Lion: the sign of an interpolation of momentum and gradient.
+
+    .. math::
+
+      c_t = \beta_1 m_{t-1} + (1-\beta_1) g_t, \qquad u_t = \mathrm{sign}(c_t), \qquad
+      m_t = \beta_2 m_{t-1} + (1-\beta_2) g_t
+
+    The update uses the *old* momentum, interpolated with :math:`\beta_1`; the momentum itself
+    decays with :math:`\beta_2`. `mode` picks the sign function: "hard" (:math:`\mathrm{sign}`,
+    the paper's), "smooth" (:math:`\tanh(\beta_s c)`) or "refined" (:math:`c` where
+    :math:`|c| < 1`, else :math:`\mathrm{sign}(c)`). Matches `optax.scale_by_lion`, nnabla's
+    `Lion` and RETURNN's `returnn.torch.optim.lion.Lion` (all three with sign(0) = 0).
+
+    Args:
+      b1: :math:`\beta_1` in [0, 1), weight of the momentum in the update.
+      b2: :math:`\beta_2` in [0, 1), decay of the momentum.
+      mu_dtype: dtype of the momentum buffer (default: the params' dtype).
+      mode: "hard", "smooth" or "refined".
+      smooth_beta: :math:`\beta_s` > 0, the sharpness of the "smooth" mode.
+
+    Returns:
+      A `GradientTransformation` with state `ScaleByLionState(count, mu)`.
+
+    Reference: Chen et al., "Symbolic Discovery of Optimization Algorithms" (NeurIPS 2023).
+    """
+    who = "scale_by_lion"
+    check_in_range(who, "b1", b1, 0.0, 1.0, high_open=True)
+    check_in_range(who, "b2", b2, 0.0, 1.0, high_open=True)
+    check_one_of(who, "mode", mode, LION_MODES)
+    check_positive(who, "smooth_beta", smooth_beta)
+
+    def squash(c):
+        if mode == "hard":
+            return jnp.sign(c)
+        if mode == "smooth":
+            return jnp.tanh(smooth_beta * c)
+        return jnp.where(jnp.abs(c) < 1.0, c, jnp.sign(c))
+
+    def init(params):
+        return ScaleByLionState(count=zero_count(), mu=zeros_like(params, mu_dtype))
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        assert_same_structure(who, updates=updates, **{"state.mu": state.mu})
+
+        def leaf(g, m):
+            gw = _up(g)
+            u = squash(_ema(b1, gw, m))
+            return u.astype(g.dtype), _ema(b2, gw, m).astype(m.dtype)
+
+        updates, mu = map_split(leaf, 2, updates, state.mu)
+        return updates, ScaleByLionState(count=safe_increment(state.count), mu=mu)
+
+    return GradientTransformation(init, update)
+
+
+__all__ = ["LION_MODES", "ScaleByLionState", "scale_by_lion", "scale_by_sign"]

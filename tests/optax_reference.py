@@ -1,0 +1,97 @@
+"""A fast side-by-side run of a gradtx transformation and its Optax reference.
+
+Like `helpers.compare_transformations`, but cheaper: the reference always runs as a jitted
+`lax.scan` over all steps, and with `jit=True` ours runs as a second scan inside the *same* jitted
+function (one compilation, one dispatch); with `jit=False` ours runs eagerly, step by step. Each
+applies its own updates to its own parameters. (Optax is not run eagerly: there `b ** count`
+with a concrete integer count compiles a new integer power for every step, which is slow and
+rounds differently from its jitted update.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import gradtx
+
+from .helpers import assert_trees_close, grad_sequence, mixed_params
+
+
+def _scan_updates(tx: Any, params: Any, stacked_grads: Any) -> Any:
+    def body(carry, g):
+        p, s = carry
+        u, s = tx.update(g, s, p)
+        return (gradtx.apply_updates(p, u), s), u
+
+    return jax.lax.scan(body, (params, tx.init(params)), stacked_grads)[1]
+
+
+def _both_scanned(txs: tuple, params: Any, stacked_grads: Any) -> list:
+    return [_scan_updates(tx, params, stacked_grads) for tx in txs]
+
+
+_jitted_scans = jax.jit(_both_scanned, static_argnums=0)
+
+
+def _eager_updates(tx: Any, params: Any, grads: list) -> list:
+    state = tx.init(params)
+    out = []
+    for g in grads:
+        u, state = tx.update(g, state, params)
+        params = gradtx.apply_updates(params, u)
+        out.append(u)
+    return out
+
+
+def _unstack(tree: Any, steps: int) -> list:
+    tree = jax.tree.map(np.asarray, tree)
+    return [jax.tree.map(lambda x, i=i: x[i], tree) for i in range(steps)]
+
+
+_REFERENCE_RUNS: dict[tuple, list] = {}
+
+
+def compare_to_optax(
+    ours: gradtx.GradientTransformation,
+    reference: Any,
+    *,
+    jit: bool,
+    steps: int = 100,
+    rtol: float = 1e-5,
+    atol: float = 1e-7,
+    params: Any = None,
+    grad_scale: float = 1.0,
+    seed: int = 1,
+    reference_key: str | None = None,
+) -> None:
+    """`ours` and `reference` give the same updates at each of `steps` steps (random gradients on
+    a mixed pytree by default); ours runs eagerly or under jit, the reference under jit.
+
+    `reference_key` (unique per reference configuration, e.g. "module:case") caches the
+    reference's updates for the process, so the eager and the jit test of one case compile the
+    reference once. It needs the default `params`.
+    """
+    if reference_key is not None and params is not None:
+        raise ValueError("compare_to_optax: reference_key caches runs on the default params only")
+    key = (reference_key, steps, seed, grad_scale)
+    params = mixed_params() if params is None else params
+    grads = grad_sequence(params, steps, seed=seed, scale=grad_scale)
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *grads)
+    expected = _REFERENCE_RUNS.get(key) if reference_key is not None else None
+    if jit:
+        txs = (ours,) if expected is not None else (ours, reference)
+        scanned = [_unstack(u, steps) for u in _jitted_scans(txs, params, stacked)]
+        got = scanned[0]
+        expected = expected if expected is not None else scanned[1]
+    else:
+        got = _eager_updates(ours, params, grads)
+        if expected is None:
+            expected = _unstack(_jitted_scans((reference,), params, stacked)[0], steps)
+    if reference_key is not None:
+        _REFERENCE_RUNS[key] = expected
+    for i, (u, e) in enumerate(zip(got, expected, strict=True)):
+        assert_trees_close(u, e, rtol, atol, msg=f"step {i}")
