@@ -34,6 +34,21 @@ def wide_float(*dtypes) -> jnp.dtype:
     return jnp.dtype(jnp.float32)
 
 
+def widen(x: ArrayLike) -> jax.Array:
+    """`x` in float32 at least: bf16/f16 (and integers) are widened, float64 and complex kept.
+
+    Update rules compute in this precision and cast results back to the buffers' dtypes, so that
+    e.g. `(1 - b2) * g**2` does not underflow to 0 for small float16 gradients.
+    """
+    x = jnp.asarray(x)
+    return x.astype(jnp.promote_types(x.dtype, jnp.float32))
+
+
+def abs_sq(g: jax.Array) -> jax.Array:
+    """`|g|^2`, real for complex `g`."""
+    return jnp.real(g * jnp.conj(g)) if jnp.iscomplexobj(g) else g * g
+
+
 def bias_correction(decay: ArrayLike, count: ArrayLike) -> jax.Array:
     r"""`1 - decay ** count`, computed in float32.
 

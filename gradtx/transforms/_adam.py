@@ -20,7 +20,7 @@ import jax.numpy as jnp
 
 from .._checks import check_in_range, check_non_negative
 from .._core import GradientTransformation
-from .._numerics import bias_correction, safe_increment, zero_count
+from .._numerics import abs_sq, bias_correction, safe_increment, widen, zero_count
 from .._typing import ArrayLike, Updates
 from ..tree import assert_same_structure, map_split, zeros_like
 
@@ -40,15 +40,6 @@ class ScaleByAmsgradState(NamedTuple):
     mu: Updates  # first moment, dtype mu_dtype or the params'
     nu: Updates  # second moment, dtype nu_dtype or the params'
     nu_max: Updates  # running maximum of the (optionally bias-corrected) second moment
-
-
-def _abs_sq(g: jax.Array) -> jax.Array:
-    return jnp.real(g * jnp.conj(g)) if jnp.iscomplexobj(g) else g * g
-
-
-def _up(x: jax.Array) -> jax.Array:
-    """`x` in float32 at least (bf16/f16 are widened; float64 and complex are kept)."""
-    return x.astype(jnp.promote_types(x.dtype, jnp.float32))
 
 
 def _ema(decay: ArrayLike, g: jax.Array, m: jax.Array) -> Any:
@@ -132,9 +123,9 @@ def scale_by_adam(
         c2 = bias_correction(b2, count)
 
         def leaf(g, m, v):
-            gw = _up(g)
+            gw = widen(g)
             m_new = _ema(b1, gw, m)
-            v_new = _ema(b2, _abs_sq(gw), v)
+            v_new = _ema(b2, abs_sq(gw), v)
             u = m_hat(m_new, gw) / (jnp.sqrt(v_new / c2 + eps_root) + eps)
             return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
 
@@ -193,7 +184,7 @@ def scale_by_adamax(
         c1 = bias_correction(b1, count)
 
         def leaf(g, m, v):
-            gw = _up(g)
+            gw = widen(g)
             m_new = _ema(b1, gw, m)
             v_new = jnp.maximum(jnp.abs(gw) + eps, b2 * v)
             u = (m_new / c1) / v_new
@@ -265,12 +256,12 @@ def scale_by_amsgrad(
         c2 = bias_correction(b2, count) if bias_correction_nu else None
 
         def leaf(g, m, v, v_max):
-            gw = _up(g)
+            gw = widen(g)
             m_new = _ema(b1, gw, m)
-            v_new = _ema(b2, _abs_sq(gw), v)
+            v_new = _ema(b2, abs_sq(gw), v)
             m_hat = m_new if c1 is None else m_new / c1
             v_eff = v_new if c2 is None else v_new / c2
-            v_max_new = jnp.maximum(_up(v_max), v_eff)
+            v_max_new = jnp.maximum(widen(v_max), v_eff)
             u = m_hat / (jnp.sqrt(v_max_new + eps_root) + eps)
             return (
                 u.astype(g.dtype),

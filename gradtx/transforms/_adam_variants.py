@@ -16,16 +16,14 @@ import numpy as np
 
 from .._checks import check_in_range, check_non_negative, concrete
 from .._core import GradientTransformation, require_params
-from .._numerics import bias_correction, safe_increment, value_at, zero_count
+from .._numerics import abs_sq, bias_correction, safe_increment, value_at, widen, zero_count
 from .._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..tree import assert_same_structure, full_like, map_split, zeros_like
 from ._adam import (
     ScaleByAdamState,
-    _abs_sq,
     _check_moments,
     _ema,
     _first_moment_estimate,
-    _up,
 )
 
 
@@ -100,9 +98,9 @@ def scale_by_belief(
         c2 = bias_correction(b2, count)
 
         def leaf(g, m, s):
-            gw = _up(g)
+            gw = widen(g)
             m_new = _ema(b1, gw, m)
-            s_new = _ema(b2, _abs_sq(gw - m_new), s) + eps_root
+            s_new = _ema(b2, abs_sq(gw - m_new), s) + eps_root
             u = m_hat(m_new, gw) / (jnp.sqrt(s_new / c2) + eps)
             return u.astype(g.dtype), m_new.astype(m.dtype), s_new.astype(s.dtype)
 
@@ -167,9 +165,9 @@ def scale_by_yogi(
         c2 = bias_correction(b2, count)
 
         def leaf(g, m, v):
-            gw = _up(g)
+            gw = widen(g)
             m_new = _ema(b1, gw, m)
-            g2, vw = _abs_sq(gw), _up(v)
+            g2, vw = abs_sq(gw), widen(v)
             v_new = vw - (1 - b2) * jnp.sign(vw - g2) * g2
             u = (m_new / c1) / (jnp.sqrt(v_new / c2 + eps_root) + eps)
             return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
@@ -258,9 +256,9 @@ def scale_by_radam(
         )
 
         def leaf(g, m, v):
-            gw = _up(g)
+            gw = widen(g)
             m_new = _ema(b1, gw, m)
-            v_new = _ema(b2, _abs_sq(gw), v)
+            v_new = _ema(b2, abs_sq(gw), v)
             mh = m_hat(m_new, gw)
             u = jnp.where(adaptive, r * mh / (jnp.sqrt(v_new / c2 + eps_root) + eps), mh)
             return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
@@ -336,12 +334,12 @@ def scale_by_novograd(
         lam = value_at(weight_decay, state.count)
 
         def leaf(g, p, m, n):
-            gw = _up(g)
+            gw = widen(g)
             sq = jnp.linalg.norm(gw) ** 2  # rounds as Optax does (a plain sum of squares does not)
             n_new = jnp.where(first, sq, _ema(b2, sq, n))
             step = gw / (jnp.sqrt(n_new + eps_root) + eps)
             if p is not None:
-                step = step + lam * _up(jnp.asarray(p))
+                step = step + lam * widen(jnp.asarray(p))
             m_new = jnp.where(first, step, b1 * m + step).astype(m.dtype)
             return m_new.astype(g.dtype), m_new, n_new.astype(n.dtype)
 

@@ -9,25 +9,10 @@ import jax.numpy as jnp
 
 from .._checks import check_in_range, check_non_negative
 from .._core import GradientTransformation
+from .._numerics import abs_sq, safe_increment, widen, zero_count
 from .._numerics import bias_correction as _bias_correction
-from .._numerics import safe_increment, wide_float, zero_count
 from .._typing import ArrayLike, Updates
 from ..tree import assert_same_structure, full_like, map_split, zeros_like
-
-
-def _compute(x: jax.Array) -> jax.Array:
-    """`x` in the precision the statistics are computed in: float32 (or wider) for real floats,
-    unchanged for complex numbers."""
-    x = jnp.asarray(x)
-    if jnp.issubdtype(x.dtype, jnp.floating):
-        return x.astype(wide_float(x.dtype))
-    return x
-
-
-def _abs_sq(g: jax.Array) -> jax.Array:
-    """`|g|^2`, real for complex `g`."""
-    return jnp.real(g * jnp.conj(g)) if jnp.iscomplexobj(g) else g * g
-
 
 # --------------------------------------------------------------------------------------------
 # RMSprop
@@ -114,8 +99,8 @@ def scale_by_rms(
         corr = _bias_correction(decay, count) if bias_correction else None
 
         def leaf(g, v):
-            g32 = _compute(g)
-            v_new = (1 - decay) * _abs_sq(g32) + decay * v.astype(g32.dtype)
+            g32 = widen(g)
+            v_new = (1 - decay) * abs_sq(g32) + decay * v.astype(g32.dtype)
             v_hat = v_new / corr.astype(v_new.dtype) if corr is not None else v_new
             u = g32 * _inverse_root(v_hat, eps, eps_in_sqrt)
             return u.astype(g.dtype), v_new.astype(v.dtype)
@@ -174,14 +159,14 @@ def scale_by_stddev(
         corr = _bias_correction(decay, count) if bias_correction else None
 
         def leaf(g, m, v):
-            g32 = _compute(g)
+            g32 = widen(g)
             m_new = (1 - decay) * g32 + decay * m.astype(g32.dtype)
-            v_new = (1 - decay) * _abs_sq(g32) + decay * v.astype(g32.dtype)
+            v_new = (1 - decay) * abs_sq(g32) + decay * v.astype(g32.dtype)
             if corr is not None:
                 m_hat, v_hat = m_new / corr.astype(m_new.dtype), v_new / corr.astype(v_new.dtype)
             else:
                 m_hat, v_hat = m_new, v_new
-            u = g32 * _inverse_root(v_hat - _abs_sq(m_hat), eps, eps_in_sqrt)
+            u = g32 * _inverse_root(v_hat - abs_sq(m_hat), eps, eps_in_sqrt)
             return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
 
         updates, mu, nu = map_split(leaf, 3, updates, state.mu, state.nu)
@@ -243,8 +228,8 @@ def scale_by_rss(
         )
 
         def leaf(g, s):
-            g32 = _compute(g)
-            s_new = s.astype(g32.dtype) + _abs_sq(g32)
+            g32 = widen(g)
+            s_new = s.astype(g32.dtype) + abs_sq(g32)
             positive = s_new > 0
             safe = jnp.where(positive, s_new, 1.0)  # keeps the discarded branch finite
             u = jnp.where(positive, g32 * _inverse_root(safe, eps, eps_in_sqrt), 0.0)
@@ -298,10 +283,10 @@ def scale_by_adadelta(rho: ArrayLike = 0.9, eps: ArrayLike = 1e-6) -> GradientTr
         assert_same_structure(who, updates=updates, **{"state.e_g": state.e_g})
 
         def leaf(g, eg, ex):
-            g32 = _compute(g)
-            eg_new = (1 - rho) * _abs_sq(g32) + rho * eg.astype(g32.dtype)
+            g32 = widen(g)
+            eg_new = (1 - rho) * abs_sq(g32) + rho * eg.astype(g32.dtype)
             u = jnp.sqrt(ex.astype(g32.dtype) + eps) / jnp.sqrt(eg_new + eps) * g32
-            ex_new = (1 - rho) * _abs_sq(u) + rho * ex.astype(g32.dtype)
+            ex_new = (1 - rho) * abs_sq(u) + rho * ex.astype(g32.dtype)
             return u.astype(g.dtype), eg_new.astype(eg.dtype), ex_new.astype(ex.dtype)
 
         updates, e_g, e_x = map_split(leaf, 3, updates, state.e_g, state.e_x)

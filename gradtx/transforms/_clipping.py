@@ -7,10 +7,9 @@ import jax.numpy as jnp
 
 from .._checks import check_non_negative, check_positive
 from .._core import EmptyState, GradientTransformation, require_params
-from .._numerics import safe_norm
+from .._numerics import abs_sq, safe_norm, widen
 from .._typing import ArrayLike, Updates
 from ..tree import assert_same_structure, norm
-from ._adaptive import _abs_sq, _compute
 
 
 def _stateless(update_leaves) -> GradientTransformation:
@@ -132,8 +131,8 @@ def clip_by_block_rms(threshold: ArrayLike) -> GradientTransformation:
     check_positive("clip_by_block_rms", "threshold", threshold)
 
     def leaf(g):
-        g32 = _compute(g)
-        rms = jnp.sqrt(jnp.mean(_abs_sq(g32)))
+        g32 = widen(g)
+        rms = jnp.sqrt(jnp.mean(abs_sq(g32)))
         return (g32 / jnp.maximum(1.0, rms / threshold)).astype(g.dtype)
 
     return _stateless(lambda updates: jax.tree.map(leaf, updates))
@@ -144,7 +143,7 @@ _UNIT_AXES = {2: (0,), 3: (0,), 4: (0, 1, 2), 5: (0, 1, 2, 3)}
 
 def _unitwise_norm(x: jax.Array, axis: int | tuple[int, ...] | None, who: str) -> jax.Array:
     """L2 norm of each unit of `x`, broadcast to `x`'s shape, in float32."""
-    x = _compute(x)
+    x = widen(x)
     if axis is None:
         if jnp.squeeze(x).ndim <= 1:
             axis = tuple(range(x.ndim))
@@ -155,7 +154,7 @@ def _unitwise_norm(x: jax.Array, axis: int | tuple[int, ...] | None, who: str) -
                 f"{who}: cannot infer the unit axes of a parameter of shape {x.shape}; pass "
                 "axis= (the axes one unit's norm is taken over)"
             )
-    sq = jnp.sum(_abs_sq(x), axis=axis, keepdims=True)
+    sq = jnp.sum(abs_sq(x), axis=axis, keepdims=True)
     return jnp.broadcast_to(jnp.sqrt(sq), x.shape)
 
 
@@ -197,7 +196,7 @@ def adaptive_grad_clip(
         p_norm = _unitwise_norm(p, axis, who)
         limit = clipping * jnp.maximum(p_norm, eps)
         # The 1e-6 floor only guards the discarded branch against a division by zero.
-        scaled = _compute(g) * (limit / jnp.maximum(g_norm, 1e-6))
+        scaled = widen(g) * (limit / jnp.maximum(g_norm, 1e-6))
         return jnp.where(g_norm < limit, g, scaled.astype(g.dtype)).astype(g.dtype)
 
     def init(params):

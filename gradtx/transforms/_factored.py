@@ -10,10 +10,9 @@ import jax.numpy as jnp
 
 from .._checks import check_int, check_non_negative
 from .._core import GradientTransformation
-from .._numerics import safe_increment, zero_count
+from .._numerics import abs_sq, safe_increment, widen, zero_count
 from .._typing import ArrayLike, Updates
 from ..tree import assert_same_structure, map_split
-from ._adaptive import _abs_sq, _compute
 
 
 class FactoredState(NamedTuple):
@@ -132,8 +131,8 @@ def scale_by_factored_rms(
         beta = jnp.asarray(decay_rate_fn(state.count - step_offset, decay_rate), jnp.float32)
 
         def leaf(g, vr, vc, v):
-            g32 = _compute(g)
-            sq = _abs_sq(g32) + epsilon
+            g32 = widen(g)
+            sq = abs_sq(g32) + epsilon
             axes = dims(g.shape)
             if axes is None:
                 v_new = beta * v.astype(sq.dtype) + (1 - beta) * sq

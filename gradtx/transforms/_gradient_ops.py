@@ -10,9 +10,8 @@ import numpy as np
 
 from .._checks import check_non_negative
 from .._core import EmptyState, GradientTransformation
-from .._numerics import safe_increment, zero_count
+from .._numerics import safe_increment, widen, zero_count
 from .._typing import ArrayLike
-from ._adaptive import _compute
 
 
 class AddNoiseState(NamedTuple):
@@ -83,7 +82,7 @@ def add_noise(
         keys = jax.random.split(sample_key, len(leaves))
         noisy = []
         for i, g in enumerate(leaves):
-            g32 = _compute(g)
+            g32 = widen(g)
             xi = jax.random.normal(keys[i], jnp.shape(g), g32.dtype)
             noisy.append((g32 + std * xi).astype(g.dtype))
         new_state = AddNoiseState(count=count, rng_key=jax.random.key_data(next_key))
@@ -110,7 +109,7 @@ def centralize() -> GradientTransformation:
     def leaf(g):
         if jnp.ndim(g) <= 1:
             return g
-        g32 = _compute(g)
+        g32 = widen(g)
         mean = jnp.mean(g32, axis=tuple(range(1, g32.ndim)), keepdims=True)
         return (g32 - mean).astype(g.dtype)
 

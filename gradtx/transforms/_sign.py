@@ -9,10 +9,10 @@ import jax.numpy as jnp
 
 from .._checks import check_in_range, check_one_of, check_positive
 from .._core import EmptyState, GradientTransformation
-from .._numerics import safe_increment, zero_count
+from .._numerics import safe_increment, widen, zero_count
 from .._typing import ArrayLike, Updates
 from ..tree import assert_same_structure, map_split, zeros_like
-from ._adam import _ema, _up
+from ._adam import _ema
 
 LION_MODES = ("hard", "smooth", "refined")
 
@@ -103,7 +103,7 @@ def scale_by_lion(
         assert_same_structure(who, updates=updates, **{"state.mu": state.mu})
 
         def leaf(g, m):
-            gw = _up(g)
+            gw = widen(g)
             u = squash(_ema(b1, gw, m))
             return u.astype(g.dtype), _ema(b2, gw, m).astype(m.dtype)
 
