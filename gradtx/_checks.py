@@ -7,9 +7,11 @@ the error tells the user the fix. Values that cannot be inspected in Python (tra
 
 from __future__ import annotations
 
+import copy
 import difflib
-from collections.abc import Iterable
-from typing import Any
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar, overload
 
 import jax
 import numpy as np
@@ -98,3 +100,71 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     if not close:
         return ""
     return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+@overload
+def alias_errors(fn: _F, /) -> _F: ...
+@overload
+def alias_errors(*, renamed: Mapping[str, str] | None = None) -> Callable[[_F], _F]: ...
+def alias_errors(fn: Any = None, /, *, renamed: Mapping[str, str] | None = None) -> Any:
+    """Decorate an optimizer alias so that the errors raised while building it name the alias.
+
+    The user called `adam`, not `scale_by_adam`: a `ValueError` or `TypeError` raised inside the
+    alias is raised again, of the same type and with the original as its `__cause__`, with the
+    alias's name in front::
+
+        adam: scale_by_adam: b1 must be in [0.0, 1.0), got 1.0
+
+    Where a primitive calls the argument differently, `renamed` maps the start of the primitive's
+    message, `"<primitive>: <its argument>"`, to the alias's argument, and the message names that
+    first::
+
+        adamw: weight_decay must be >= 0, got -1 (from weight_decay: rate must be >= 0, got -1)
+
+    A message that already starts with the alias's name (its own checks) is left as it is. The
+    signature and docstring are kept (`functools.wraps`). Only construction is covered: errors
+    raised later by `update` name the primitive that raised them.
+
+    Usage::
+
+        @alias_errors
+        def adam(learning_rate, b1=0.9, ...): ...
+
+        @alias_errors(renamed={"weight_decay: rate": "weight_decay"})
+        def adamw(learning_rate, ..., weight_decay=1e-4, mask=None): ...
+    """
+    renames = dict(renamed or {})
+
+    def decorate(alias: _F) -> _F:
+        who = alias.__name__
+
+        @functools.wraps(alias)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return alias(*args, **kwargs)
+            except (ValueError, TypeError) as e:
+                message = str(e)
+                if message.startswith((f"{who}:", f"{who}(")):
+                    raise
+                raise _with_message(e, _alias_message(who, message, renames)) from e
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate if fn is None else decorate(fn)
+
+
+def _alias_message(who: str, message: str, renames: Mapping[str, str]) -> str:
+    for inner, argument in renames.items():
+        if message.startswith(f"{inner} "):
+            return f"{who}: {argument}{message[len(inner) :]} (from {message})"
+    return f"{who}: {message}"
+
+
+def _with_message(error: BaseException, message: str) -> BaseException:
+    """A copy of `error` (same type, same attributes) whose message is `message`."""
+    new = copy.copy(error)
+    new.args = (message, *error.args[1:])
+    return new

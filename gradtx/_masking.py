@@ -60,16 +60,10 @@ def resolve_mask(who: str, mask: MaskOrFn, params: Params, *, strict: bool = Tru
     if not _is_prefix_bool_tree(mask):
         gtree.assert_same_structure(who, params=params, mask=mask)
         return gtree.map_with_path(lambda path, m: _as_bool(who, m, path), mask)
-    try:  # a tree of Python bools, possibly a prefix of params: broadcast each bool
-        return jax.tree.map(
-            lambda m, sub: jax.tree.map(lambda _: bool(m), sub),
-            mask,
-            params,
-            is_leaf=lambda x: x is None,
-        )
-    except ValueError:
-        gtree.assert_same_structure(who, params=params, mask=mask)
-        raise
+    # A tree of Python bools, possibly a prefix of params: spread each bool over its subtree (a
+    # None in the mask over parameters leaves them out).
+    spread = gtree.broadcast_prefix(mask, params, who=who, what="mask")
+    return jax.tree.map(lambda _, m: bool(m), params, spread)
 
 
 def _is_prefix_bool_tree(mask: Any) -> bool:

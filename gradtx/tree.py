@@ -26,6 +26,7 @@ __all__ = [
     "add",
     "add_scale",
     "assert_same_structure",
+    "broadcast_prefix",
     "cast",
     "cast_like",
     "full_like",
@@ -365,6 +366,60 @@ def assert_same_structure(who: str, **trees: PyTree) -> None:
             f"{name} has {_kind(xb)}{detail}. They must have the same tree structure (same keys, "
             "same nesting, None in the same places)."
         )
+
+
+def broadcast_prefix(
+    prefix: Any, tree: PyTree, *, who: str = "broadcast_prefix", what: str = "prefix"
+) -> PyTree:
+    """A tree shaped like `tree` holding, at each leaf, the value of `prefix` above it.
+
+    `prefix` has `tree`'s structure or is a prefix of it: each of its leaves stands for the whole
+    subtree of `tree` below it (e.g. `{"encoder": False, "head": True}` for a mask, or
+    `{"encoder": "adam", "head": "sgd"}` for labels). None leaves of `tree` stay None.
+
+    Raises:
+      ValueError: naming `who`, `what` (the prefix's role, e.g. "mask") and the first path where
+        `prefix` is not a prefix of `tree`, with what each has there, e.g. ``multi_transform:
+        labels must have the params' tree structure or be a prefix of it; they differ at 'head':
+        labels has a dict with keys ['w'], params have a dict with keys ['b', 'w']``.
+
+    Example:
+      >>> import gradtx
+      >>> gradtx.tree.broadcast_prefix({"a": 1, "b": 2}, {"a": {"x": 0.0, "y": 0.0}, "b": 0.0})
+      {'a': {'x': 1, 'y': 1}, 'b': 2}
+    """
+    try:
+        return jax.tree.map(
+            lambda v, sub: jax.tree.map(lambda _: v, sub),
+            prefix,
+            tree,
+            is_leaf=lambda x: x is None,
+        )
+    except ValueError:
+        found = _prefix_difference(prefix, tree, ())
+        where_ = f"'{path_str(found[0])}'" if found and found[0] else "the root"
+        detail = f": {what} has {_kind(found[1])}, params have {_kind(found[2])}" if found else ""
+        raise ValueError(
+            f"{who}: {what} must have the params' tree structure or be a prefix of it; they "
+            f"differ at {where_}{detail}"
+        ) from None
+
+
+def _prefix_difference(prefix: Any, tree: Any, path: tuple) -> tuple[tuple, Any, Any] | None:
+    """The first place where `prefix` is not a prefix of `tree`: (path, prefix's node, tree's)."""
+    if _is_tree_leaf(prefix):
+        return None
+    kids_p, kids_t = _children(prefix), _children(tree)
+    same_kind = type(prefix) is type(tree) or (
+        isinstance(prefix, Mapping) and isinstance(tree, Mapping)
+    )
+    if not same_kind or [k for k, _ in kids_p] != [k for k, _ in kids_t]:
+        return path, prefix, tree
+    for (key, a), (_, b) in zip(kids_p, kids_t, strict=True):
+        found = _prefix_difference(a, b, (*path, key))
+        if found is not None:
+            return found
+    return None
 
 
 # --------------------------------------------------------------------------------------------

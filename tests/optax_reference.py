@@ -1,11 +1,12 @@
 """A fast side-by-side run of a gradtx transformation and its Optax reference.
 
-Like `helpers.compare_transformations`, but cheaper: the reference always runs as a jitted
-`lax.scan` over all steps, and with `jit=True` ours runs as a second scan inside the *same* jitted
-function (one compilation, one dispatch); with `jit=False` ours runs eagerly, step by step. Each
-applies its own updates to its own parameters. (Optax is not run eagerly: there `b ** count`
-with a concrete integer count compiles a new integer power for every step, which is slow and
-rounds differently from its jitted update.)
+Like `helpers.compare_transformations`, but cheaper: the reference runs (by default) as a jitted
+`lax.scan` over all steps, cached by `reference_key`, and with `jit=True` ours runs as a second
+scan inside the *same* jitted function (one compilation, one dispatch); with `jit=False` ours
+runs eagerly, step by step. Each applies its own updates to its own parameters. (By default
+Optax is not run eagerly: there `b ** count` with a concrete integer count compiles a new
+integer power for every step, which is slow and rounds differently from its jitted update;
+`reference_jit=False` opts in where that does not matter.)
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import gradtx
 
@@ -67,31 +69,68 @@ def compare_to_optax(
     grad_scale: float = 1.0,
     seed: int = 1,
     reference_key: str | None = None,
+    reference_jit: bool = True,
 ) -> None:
     """`ours` and `reference` give the same updates at each of `steps` steps (random gradients on
-    a mixed pytree by default); ours runs eagerly or under jit, the reference under jit.
+    a mixed pytree by default); ours runs eagerly or under jit, the reference under jit (or
+    eagerly, see `reference_jit`).
 
     `reference_key` (unique per reference configuration, e.g. "module:case") caches the
     reference's updates for the process, so the eager and the jit test of one case compile the
     reference once. It needs the default `params`.
+
+    `reference_jit=False` runs the reference eagerly, step by step (cached like a jitted one).
+    On CPU, with small trees and JAX's per-op caches warm, that is cheaper than compiling the
+    reference; with `jit=False` nothing is compiled at all. It also rounds like ours does
+    eagerly, which a trajectory decided by rounding needs (an update that cancels a parameter to
+    exactly zero or to a residue, depending on how the step was compiled). The default (jitted)
+    suits Adam-like references checked to ~1e-8: eagerly, Optax computes `b ** count` with a
+    concrete count, compiling it anew at every step and rounding it unlike its jitted update.
     """
     if reference_key is not None and params is not None:
         raise ValueError("compare_to_optax: reference_key caches runs on the default params only")
-    key = (reference_key, steps, seed, grad_scale)
+    key = (reference_key, steps, seed, grad_scale, reference_jit)
     params = mixed_params() if params is None else params
     grads = grad_sequence(params, steps, seed=seed, scale=grad_scale)
-    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *grads)
+    stacked = lambda: jax.tree.map(lambda *xs: jnp.stack(xs), *grads)
     expected = _REFERENCE_RUNS.get(key) if reference_key is not None else None
     if jit:
-        txs = (ours,) if expected is not None else (ours, reference)
-        scanned = [_unstack(u, steps) for u in _jitted_scans(txs, params, stacked)]
+        both = expected is None and reference_jit
+        txs = (ours, reference) if both else (ours,)
+        scanned = [_unstack(u, steps) for u in _jitted_scans(txs, params, stacked())]
         got = scanned[0]
-        expected = expected if expected is not None else scanned[1]
+        expected = scanned[1] if both else expected
     else:
         got = _eager_updates(ours, params, grads)
-        if expected is None:
-            expected = _unstack(_jitted_scans((reference,), params, stacked)[0], steps)
+    if expected is None and reference_jit:
+        expected = _unstack(_jitted_scans((reference,), params, stacked())[0], steps)
+    elif expected is None:
+        expected = _eager_updates(reference, params, grads)
     if reference_key is not None:
         _REFERENCE_RUNS[key] = expected
     for i, (u, e) in enumerate(zip(got, expected, strict=True)):
         assert_trees_close(u, e, rtol, atol, msg=f"step {i}")
+
+
+def with_modes(cases: list[tuple], eager: set[str], jit: set[str] | None = None) -> list:
+    """`pytest.param(*case, use_jit)` for the cases whose id (`case[0]`) is in `eager` (run
+    eagerly) and in `jit` (run under `jax.jit`; default: every case).
+
+    Each primitive's base configuration runs eagerly and its variants under jit, so that every
+    primitive is checked both ways without compiling every configuration twice. Pass the id as
+    `compare_to_optax(..., reference_key=f"{__name__}:{id}")` so that a case run both ways
+    computes its reference once.
+    """
+    ids = [c[0] for c in cases]
+    jit = set(ids) if jit is None else jit
+    unknown = (eager | jit) - set(ids)
+    assert not unknown, f"ids not in the cases: {unknown}"
+    missing = set(ids) - eager - jit
+    assert not missing, f"cases that would never run: {missing}"
+    out = []
+    for case in cases:
+        for use_jit in (False, True):
+            if case[0] in (jit if use_jit else eager):
+                mode = "jit" if use_jit else "eager"
+                out.append(pytest.param(*case, use_jit, id=f"{mode}-{case[0]}"))
+    return out

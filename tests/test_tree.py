@@ -14,6 +14,17 @@ from gradtx import tree
 
 from .helpers import Pair, leaves64, mixed_params
 
+# The leaf paths of mixed_params(), in flattening order.
+MIXED_PATHS = [
+    "dense/bias",
+    "dense/kernel",
+    "layers/0",
+    "layers/1/w",
+    "pair/a",
+    "pair/b/0",
+    "pair/b/1",
+]
+
 
 def test_zeros_ones_full_like_keep_structure_and_choose_dtype():
     params = mixed_params()
@@ -98,15 +109,7 @@ def test_where_with_scalar_and_tree_conditions():
 
 def test_map_with_path_and_paths():
     params = mixed_params()
-    expected = [
-        "dense/bias",
-        "dense/kernel",
-        "layers/0",
-        "layers/1/w",
-        "pair/a",
-        "pair/b/0",
-        "pair/b/1",
-    ]
+    expected = MIXED_PATHS
     assert tree.paths(params) == expected
     seen = []
     tree.map_with_path(lambda p, x: seen.append(p), params)
@@ -120,6 +123,50 @@ def test_map_split_returns_one_tree_per_output():
         np.testing.assert_allclose(u, x + 1, rtol=1e-6)
         np.testing.assert_allclose(v, 2 * x, rtol=1e-6)
     assert a["none"] is None and b["layers"][1]["frozen"] is None
+
+
+def test_broadcast_prefix_spreads_each_value_over_its_subtree():
+    params = mixed_params()
+    prefix = {
+        "dense": "a",
+        "layers": ["b", {"w": "c", "frozen": None}],
+        "pair": "d",
+        "empty": {},
+        "none": None,
+    }
+    out = tree.broadcast_prefix(prefix, params)
+    assert jax.tree.structure(out) == jax.tree.structure(params)
+    assert jax.tree.leaves(out) == ["a", "a", "b", "c", "d", "d", "d"]
+    # The full structure is a prefix of itself.
+    same = tree.broadcast_prefix(jax.tree.map(lambda _: 1, params), params)
+    assert jax.tree.structure(same) == jax.tree.structure(params)
+
+
+def test_broadcast_prefix_names_the_path_where_it_stops_being_a_prefix():
+    params = {"a": {"v": jnp.ones(1), "w": jnp.ones(1)}, "b": {"x": jnp.ones(2), "y": jnp.ones(2)}}
+    with pytest.raises(
+        ValueError,
+        match=r"^labels_for: labels must have the params' tree structure or be a prefix of it; "
+        r"they differ at 'b': labels has a dict with keys \['x', 'z'\], params have a dict with "
+        r"keys \['x', 'y'\]$",
+    ):
+        tree.broadcast_prefix(
+            {"a": 0, "b": {"x": 1, "z": 2}}, params, who="labels_for", what="labels"
+        )
+
+
+def test_a_prefix_mask_that_is_wrong_below_the_prefix_names_the_wrong_path():
+    # A prefix at 'a' (one bool for the subtree), wrong at 'b': the error points at 'b' (a full
+    # structure comparison would stop at 'a', which is fine).
+    params = {"a": {"v": jnp.ones(1), "w": jnp.ones(1)}, "b": {"x": jnp.ones(2), "y": jnp.ones(2)}}
+    tx = gradtx.weight_decay(0.1, mask={"a": True, "b": {"x": True, "z": False}})
+    with pytest.raises(
+        ValueError,
+        match=r"^weight_decay: mask must have the params' tree structure or be a prefix of it; "
+        r"they differ at 'b': mask has a dict with keys \['x', 'z'\], params have a dict with "
+        r"keys \['x', 'y'\]$",
+    ):
+        tx.update(params, tx.init(params), params)
 
 
 def test_get_set_by_name_in_nested_states():
@@ -180,18 +227,7 @@ def test_get_finds_namedtuple_fields_and_list_entries():
         ("dense/kernel", ["dense/kernel"]),
         ("dense/*", ["dense/bias", "dense/kernel"]),
         ("**/bias", ["dense/bias"]),
-        (
-            "**",
-            [
-                "dense/bias",
-                "dense/kernel",
-                "layers/0",
-                "layers/1/w",
-                "pair/a",
-                "pair/b/0",
-                "pair/b/1",
-            ],
-        ),
+        ("**", MIXED_PATHS),
         ("pair/**", ["pair/a", "pair/b/0", "pair/b/1"]),
         ("layers/**/w", ["layers/1/w"]),
         ("*/?", ["layers/0", "pair/a"]),

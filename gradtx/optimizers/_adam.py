@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._checks import alias_errors
 from .._core import GradientTransformation, chain
 from .._masking import MaskOrFn
 from .._typing import ArrayLike, ScalarOrSchedule
@@ -18,6 +19,7 @@ from ..transforms._adam import scale_by_adam
 from ..transforms._scaling import scale_by_learning_rate
 
 
+@alias_errors
 def adam(
     learning_rate: ScalarOrSchedule,
     b1: ArrayLike = 0.9,
@@ -76,6 +78,7 @@ def adam(
     )
 
 
+@alias_errors(renamed={"weight_decay: rate": "weight_decay"})
 def adamw(
     learning_rate: ScalarOrSchedule,
     b1: ArrayLike = 0.9,
@@ -139,6 +142,7 @@ def adamw(
     )
 
 
+@alias_errors
 def nadam(
     learning_rate: ScalarOrSchedule,
     b1: ArrayLike = 0.9,
@@ -191,6 +195,7 @@ def nadam(
     )
 
 
+@alias_errors(renamed={"weight_decay: rate": "weight_decay"})
 def nadamw(
     learning_rate: ScalarOrSchedule,
     b1: ArrayLike = 0.9,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._checks import alias_errors
 from .._core import GradientTransformation, chain
 from .._masking import MaskOrFn
 from .._typing import ArrayLike, ScalarOrSchedule
@@ -23,6 +24,7 @@ from ..transforms._adam_variants import (
 from ..transforms._scaling import scale_by_learning_rate
 
 
+@alias_errors
 def adamax(
     learning_rate: ScalarOrSchedule,
     b1: ArrayLike = 0.9,
@@ -70,6 +72,7 @@ def adamax(
     )
 
 
+@alias_errors(renamed={"weight_decay: rate": "weight_decay"})
 def adamaxw(
     learning_rate: ScalarOrSchedule,
     b1: ArrayLike = 0.9,
@@ -122,6 +125,7 @@ def adamaxw(
     )
 
 
+@alias_errors
 def amsgrad(
     learning_rate: ScalarOrSchedule,
     b1: ArrayLike = 0.9,
@@ -185,6 +189,7 @@ def amsgrad(
     )
 
 
+@alias_errors
 def radam(
     learning_rate: ScalarOrSchedule,
     b1: ArrayLike = 0.9,
@@ -248,6 +253,7 @@ def radam(
     )
 
 
+@alias_errors
 def adabelief(
     learning_rate: ScalarOrSchedule,
     b1: ArrayLike = 0.9,
@@ -303,6 +309,7 @@ def adabelief(
     )
 
 
+@alias_errors
 def yogi(
     learning_rate: ScalarOrSchedule,
     b1: ArrayLike = 0.9,
@@ -349,6 +356,7 @@ def yogi(
     )
 
 
+@alias_errors
 def novograd(
     learning_rate: ScalarOrSchedule,
     b1: ArrayLike = 0.9,

@@ -6,7 +6,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from .._checks import check_in_range, check_int, check_non_negative, check_positive
+from .._checks import alias_errors, check_in_range, check_int, check_non_negative, check_positive
 from .._core import GradientTransformation, chain, identity
 from .._masking import MaskOrFn
 from .._typing import ArrayLike, ScalarOrSchedule
@@ -19,6 +19,7 @@ from ..transforms._scaling import scale, scale_by_learning_rate
 from ..transforms._trust_ratio import scale_by_param_block_rms
 
 
+@alias_errors
 def adagrad(
     learning_rate: ScalarOrSchedule,
     initial_accumulator_value: ArrayLike = 0.1,
@@ -64,6 +65,7 @@ def adagrad(
     )
 
 
+@alias_errors
 def adadelta(
     learning_rate: ScalarOrSchedule | None = None,
     rho: ArrayLike = 0.9,
@@ -121,6 +123,7 @@ def adadelta(
     )
 
 
+@alias_errors
 def rmsprop(
     learning_rate: ScalarOrSchedule,
     decay: ArrayLike = 0.9,
@@ -198,6 +201,7 @@ def rmsprop(
     )
 
 
+@alias_errors
 def adafactor(
     learning_rate: ScalarOrSchedule | None = None,
     min_dim_size_to_factor: int = 128,

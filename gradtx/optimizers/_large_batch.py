@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._checks import check_in_range, check_non_negative, check_positive
+from .._checks import alias_errors, check_in_range, check_non_negative, check_positive
 from .._core import GradientTransformation, chain
 from .._masking import MaskOrFn
 from .._typing import ArrayLike, ScalarOrSchedule
@@ -13,6 +13,7 @@ from ..transforms._scaling import scale_by_learning_rate
 from ..transforms._trust_ratio import scale_by_trust_ratio
 
 
+@alias_errors
 def lamb(
     learning_rate: ScalarOrSchedule,
     b1: ArrayLike = 0.9,
@@ -34,7 +35,7 @@ def lamb(
     bias-corrected moments. `chain(scale_by_adam(b1, b2, eps, eps_root), weight_decay(weight_decay,
     mask), scale_by_trust_ratio(), scale_by_learning_rate(learning_rate))`. Matches
     `optax.lamb`. nnabla's `Lamb` differs by default: no bias correction, and :math:`\|w\|`
-    clipped to `[gamma_l, gamma_u] = [0, 10]` (not offered here yet).
+    clipped to `[gamma_l, gamma_u] = [0, 10]`: that is `lamb_nnabla`.
 
     Args:
       learning_rate: :math:`\eta` >= 0, a float or a schedule.
@@ -76,6 +77,7 @@ def lamb(
     )
 
 
+@alias_errors
 def lars(
     learning_rate: ScalarOrSchedule,
     weight_decay: ScalarOrSchedule = 0.0,
@@ -100,7 +102,8 @@ def lars(
     Matches `optax.lars` (masks as booleans, boolean trees or callables, and here also glob
     patterns; the paper excludes biases and normalisation scales, e.g.
     `weight_decay_mask="!**/bias", trust_ratio_mask="!**/bias"`). nnabla's `Lars` differs: it
-    divides by :math:`\|g\| + \lambda\|w\|` and keeps the learning rate inside the momentum.
+    divides by :math:`\|g\| + \lambda\|w\|` and keeps the learning rate inside the momentum
+    (`lars_nnabla`).
 
     Args:
       learning_rate: :math:`\eta` >= 0, a float or a schedule.

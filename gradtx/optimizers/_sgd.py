@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._checks import alias_errors
 from .._core import GradientTransformation, chain, identity
 from .._typing import ScalarOrSchedule
 from ..transforms._momentum import trace
 from ..transforms._scaling import scale_by_learning_rate
 
 
+@alias_errors(renamed={"trace: decay": "momentum"})
 def sgd(
     learning_rate: ScalarOrSchedule,
     momentum: ScalarOrSchedule | None = None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._checks import alias_errors
 from .._core import GradientTransformation, chain
 from .._masking import MaskOrFn
 from .._typing import ArrayLike, ScalarOrSchedule
@@ -12,6 +13,7 @@ from ..transforms._scaling import scale_by_learning_rate
 from ..transforms._sign import scale_by_lion, scale_by_sign
 
 
+@alias_errors
 def sign_sgd(learning_rate: ScalarOrSchedule) -> GradientTransformation:
     r"""signSGD: step by the sign of each gradient entry.
 
@@ -39,6 +41,7 @@ def sign_sgd(learning_rate: ScalarOrSchedule) -> GradientTransformation:
     return chain(scale_by_sign(), scale_by_learning_rate(learning_rate))
 
 
+@alias_errors(renamed={"weight_decay: rate": "weight_decay"})
 def lion(
     learning_rate: ScalarOrSchedule,
     b1: ArrayLike = 0.9,

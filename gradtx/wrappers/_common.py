@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import jax
-from jax import tree_util as jtu
 
 from .. import tree as gtree
 from .._checks import did_you_mean
@@ -33,8 +32,8 @@ def error_context(who: str) -> Iterator[None]:
 
 
 def is_leaf_value(x: Any) -> bool:
-    """Whether `x` is a single leaf (not a container) for `jax.tree`."""
-    return x is None or jtu.treedef_is_leaf(jax.tree.structure(x))
+    """Whether `x` is a single leaf (not a container) for `jax.tree`; None counts as one."""
+    return gtree._is_tree_leaf(x)
 
 
 def prune(tree: PyTree, keep: PyTree) -> PyTree:
@@ -45,58 +44,6 @@ def prune(tree: PyTree, keep: PyTree) -> PyTree:
 def pick(keep: PyTree, inner: PyTree, outer: PyTree) -> PyTree:
     """Leaf by leaf: `inner` where `keep` is True, else `outer` (`inner` may be pruned)."""
     return jax.tree.map(lambda k, a, b: a if k else b, keep, inner, outer)
-
-
-def broadcast_prefix(who: str, what: str, prefix: Any, tree: PyTree) -> PyTree:
-    """A tree shaped like `tree` holding, at each leaf, the value of `prefix` above it.
-
-    `prefix` is `tree`'s structure or a prefix of it (e.g. `{"encoder": "adam", "head": "sgd"}`).
-    None leaves of `tree` stay None.
-    """
-    try:
-        return jax.tree.map(
-            lambda v, sub: jax.tree.map(lambda _: v, sub),
-            prefix,
-            tree,
-            is_leaf=lambda x: x is None,
-        )
-    except ValueError:
-        found = _prefix_difference(prefix, tree, ())
-        where = f"'{gtree.path_str(found[0])}'" if found and found[0] else "the root"
-        detail = f": {what} has {found[1]}, params have {found[2]}" if found else ""
-        raise ValueError(
-            f"{who}: {what} must have the params' tree structure or be a prefix of it; they "
-            f"differ at {where}{detail}"
-        ) from None
-
-
-def _children(node: Any) -> list[tuple[Any, Any]]:
-    flat, _ = jtu.tree_flatten_with_path(node, is_leaf=lambda y: y is not node)
-    return [(kp[0], child) for kp, child in flat]
-
-
-def _describe(node: Any) -> str:
-    if is_leaf_value(node):
-        return "None" if node is None else f"a leaf ({type(node).__name__})"
-    keys = [gtree.path_str((k,)) for k, _ in _children(node)]
-    return f"a {type(node).__name__} with keys {keys}"
-
-
-def _prefix_difference(prefix: Any, tree: Any, path: tuple) -> tuple[tuple, str, str] | None:
-    """The first place where `prefix` is not a prefix of `tree`: (path, prefix has, tree has)."""
-    if is_leaf_value(prefix):
-        return None
-    kids_p, kids_t = _children(prefix), _children(tree) if not is_leaf_value(tree) else []
-    same_kind = type(prefix) is type(tree) or (
-        isinstance(prefix, Mapping) and isinstance(tree, Mapping)
-    )
-    if not same_kind or [k for k, _ in kids_p] != [k for k, _ in kids_t]:
-        return path, _describe(prefix), _describe(tree)
-    for (key, a), (_, b) in zip(kids_p, kids_t, strict=True):
-        found = _prefix_difference(a, b, (*path, key))
-        if found is not None:
-            return found
-    return None
 
 
 def _shown(paths: list[str]) -> list[str]:
@@ -169,12 +116,11 @@ def leaf_values(
         spec = spec(tree)
     if isinstance(spec, Mapping) and (is_rules is None or is_rules(spec, tree)):
         return resolve_rules(who, what, spec, tree, default=default, strict=strict)
-    return broadcast_prefix(who, what, spec, tree)
+    return gtree.broadcast_prefix(spec, tree, who=who, what=what)
 
 
 __all__ = [
     "NO_DEFAULT",
-    "broadcast_prefix",
     "error_context",
     "is_leaf_value",
     "leaf_values",

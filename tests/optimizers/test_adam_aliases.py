@@ -218,37 +218,55 @@ def test_each_alias_equals_its_hand_written_chain():
     [
         (
             lambda: gradtx.adam(-1e-3),
-            "scale_by_learning_rate: learning_rate must be >= 0, got -0.001",
+            "adam: scale_by_learning_rate: learning_rate must be >= 0, got -0.001",
         ),
-        (lambda: gradtx.adam(1e-3, b1=1.0), "scale_by_adam: b1 must be in [0.0, 1.0), got 1.0"),
-        (lambda: gradtx.adamw(1e-3, b2=-0.1), "scale_by_adam: b2 must be in [0.0, 1.0), got -0.1"),
         (
-            lambda: gradtx.adamw(1e-3, weight_decay=-0.5),
-            "weight_decay: rate must be >= 0, got -0.5",
+            lambda: gradtx.adam(1e-3, b1=1.0),
+            "adam: scale_by_adam: b1 must be in [0.0, 1.0), got 1.0",
         ),
-        (lambda: gradtx.nadam(1e-3, eps=-1.0), "scale_by_adam: eps must be >= 0, got -1.0"),
+        (
+            lambda: gradtx.adamw(1e-3, b2=-0.1),
+            "adamw: scale_by_adam: b2 must be in [0.0, 1.0), got -0.1",
+        ),
+        (
+            # The alias's argument is named first; the primitive's message follows.
+            lambda: gradtx.adamw(1e-3, weight_decay=-0.5),
+            "adamw: weight_decay must be >= 0, got -0.5"
+            " (from weight_decay: rate must be >= 0, got -0.5)",
+        ),
+        (lambda: gradtx.nadam(1e-3, eps=-1.0), "nadam: scale_by_adam: eps must be >= 0, got -1.0"),
         (
             lambda: gradtx.nadamw(1e-3, eps_root=-1.0),
-            "scale_by_adam: eps_root must be >= 0, got -1.0",
+            "nadamw: scale_by_adam: eps_root must be >= 0, got -1.0",
         ),
-        (lambda: gradtx.adamax(1e-3, b1=2.0), "scale_by_adamax: b1 must be in [0.0, 1.0), got 2.0"),
+        (
+            lambda: gradtx.adamax(1e-3, b1=2.0),
+            "adamax: scale_by_adamax: b1 must be in [0.0, 1.0), got 2.0",
+        ),
         (
             lambda: gradtx.adamaxw(1e-3, weight_decay=-1e-4),
-            "weight_decay: rate must be >= 0, got -0.0001",
+            "adamaxw: weight_decay must be >= 0, got -0.0001"
+            " (from weight_decay: rate must be >= 0, got -0.0001)",
         ),
-        (lambda: gradtx.amsgrad(1e-3, eps=-0.1), "scale_by_amsgrad: eps must be >= 0, got -0.1"),
+        (
+            lambda: gradtx.amsgrad(1e-3, eps=-0.1),
+            "amsgrad: scale_by_amsgrad: eps must be >= 0, got -0.1",
+        ),
         (
             lambda: gradtx.radam(1e-3, threshold=2.0),
-            "scale_by_radam: threshold must be in [4.0, inf], got 2.0",
+            "radam: scale_by_radam: threshold must be in [4.0, inf], got 2.0",
         ),
         (
             lambda: gradtx.adabelief(-0.1),
-            "scale_by_learning_rate: learning_rate must be >= 0, got -0.1",
+            "adabelief: scale_by_learning_rate: learning_rate must be >= 0, got -0.1",
         ),
-        (lambda: gradtx.yogi(1e-3, b2=1.0), "scale_by_yogi: b2 must be in [0.0, 1.0), got 1.0"),
+        (
+            lambda: gradtx.yogi(1e-3, b2=1.0),
+            "yogi: scale_by_yogi: b2 must be in [0.0, 1.0), got 1.0",
+        ),
         (
             lambda: gradtx.novograd(1e-3, weight_decay=-0.1),
-            "scale_by_novograd: weight_decay must be >= 0, got -0.1",
+            "novograd: scale_by_novograd: weight_decay must be >= 0, got -0.1",
         ),
     ],
 )

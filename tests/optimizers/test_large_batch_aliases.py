@@ -11,7 +11,7 @@ import pytest
 import gradtx
 
 from ..helpers import compare_transformations, grad_sequence, mixed_params
-from ..reference_cache import assert_matches_reference, with_modes
+from ..optax_reference import compare_to_optax, with_modes
 
 
 def _lr(count):
@@ -27,6 +27,15 @@ def _no_bias(params):
     return jax.tree.map(lambda _: True, params) | {"dense": {"kernel": True, "bias": False}}
 
 
+LARS_OPTIONS = {
+    "weight_decay": _decay,
+    "weight_decay_mask": _no_bias,
+    "trust_coefficient": 0.01,
+    "eps": 1e-6,
+    "trust_ratio_mask": _no_bias,
+    "momentum": 0.8,
+    "nesterov": True,
+}
 MATCHES_OPTAX = [
     ("lamb", lambda: gradtx.lamb(0.01), lambda: optax.lamb(0.01)),
     (
@@ -37,26 +46,8 @@ MATCHES_OPTAX = [
     ("lars", lambda: gradtx.lars(0.5), lambda: optax.lars(0.5)),
     (
         "lars_schedules_masks",
-        lambda: gradtx.lars(
-            _lr,
-            weight_decay=_decay,
-            weight_decay_mask=_no_bias,
-            trust_coefficient=0.01,
-            eps=1e-6,
-            trust_ratio_mask=_no_bias,
-            momentum=0.8,
-            nesterov=True,
-        ),
-        lambda: optax.lars(
-            _lr,
-            weight_decay=_decay,
-            weight_decay_mask=_no_bias,
-            trust_coefficient=0.01,
-            eps=1e-6,
-            trust_ratio_mask=_no_bias,
-            momentum=0.8,
-            nesterov=True,
-        ),
+        lambda: gradtx.lars(_lr, **LARS_OPTIONS),
+        lambda: optax.lars(_lr, **LARS_OPTIONS),
     ),
 ]
 
@@ -68,7 +59,9 @@ MATCHES_OPTAX = [
     ),
 )
 def test_matches_optax(key, ours, reference, jit):
-    assert_matches_reference(key, ours(), reference, jit=jit)
+    compare_to_optax(
+        ours(), reference(), jit=jit, reference_key=f"{__name__}:{key}", reference_jit=False
+    )
 
 
 CHAINS = [

@@ -35,7 +35,16 @@ def test_sgd_equals_its_chain():
 def test_sgd_invalid_arguments():
     with pytest.raises(ValueError, match="sgd: nesterov=True needs a momentum value"):
         gradtx.sgd(0.1, nesterov=True)
-    with pytest.raises(ValueError, match="learning_rate must be >= 0, got -1"):
+    with pytest.raises(
+        ValueError, match=r"^sgd: scale_by_learning_rate: learning_rate must be >= 0, got -1$"
+    ):
         gradtx.sgd(-1)
-    with pytest.raises(ValueError, match=r"trace: decay must be in \[0.0, 1.0\], got 2"):
+    # The alias's argument is named first; the primitive's message follows.
+    with pytest.raises(
+        ValueError,
+        match=r"^sgd: momentum must be in \[0.0, 1.0\], got 2"
+        r" \(from trace: decay must be in \[0.0, 1.0\], got 2\)$",
+    ) as info:
         gradtx.sgd(0.1, momentum=2)
+    assert type(info.value.__cause__) is ValueError
+    assert str(info.value.__cause__) == "trace: decay must be in [0.0, 1.0], got 2"

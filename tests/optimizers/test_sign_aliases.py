@@ -105,17 +105,25 @@ def test_aliases_equal_their_hand_written_chains():
     [
         (
             lambda: gradtx.sign_sgd(-1.0),
-            "scale_by_learning_rate: learning_rate must be >= 0, got -1.0",
+            "sign_sgd: scale_by_learning_rate: learning_rate must be >= 0, got -1.0",
         ),
         (
             lambda: gradtx.lion(-1e-4),
-            "scale_by_learning_rate: learning_rate must be >= 0, got -0.0001",
+            "lion: scale_by_learning_rate: learning_rate must be >= 0, got -0.0001",
         ),
-        (lambda: gradtx.lion(1e-4, b1=1.5), "scale_by_lion: b1 must be in [0.0, 1.0), got 1.5"),
-        (lambda: gradtx.lion(1e-4, b2=-0.1), "scale_by_lion: b2 must be in [0.0, 1.0), got -0.1"),
         (
+            lambda: gradtx.lion(1e-4, b1=1.5),
+            "lion: scale_by_lion: b1 must be in [0.0, 1.0), got 1.5",
+        ),
+        (
+            lambda: gradtx.lion(1e-4, b2=-0.1),
+            "lion: scale_by_lion: b2 must be in [0.0, 1.0), got -0.1",
+        ),
+        (
+            # The alias's argument is named first; the primitive's message follows.
             lambda: gradtx.lion(1e-4, weight_decay=-1.0),
-            "weight_decay: rate must be >= 0, got -1.0",
+            "lion: weight_decay must be >= 0, got -1.0"
+            " (from weight_decay: rate must be >= 0, got -1.0)",
         ),
     ],
 )

@@ -11,7 +11,7 @@ import pytest
 import gradtx
 
 from ..helpers import compare_to_numpy, grad_sequence, mixed_params, run, state_dtypes
-from ..reference_cache import assert_matches_reference, with_modes
+from ..optax_reference import compare_to_optax, with_modes
 
 # (id, ours, Optax's): the same updates over 100 steps. Each primitive's base configuration runs
 # eagerly and a variant under jit (see `with_modes` below).
@@ -49,7 +49,9 @@ MATCHES_OPTAX = [
     ),
 )
 def test_matches_optax(key, ours, reference, jit):
-    assert_matches_reference(key, ours(), reference, jit=jit)
+    compare_to_optax(
+        ours(), reference(), jit=jit, reference_key=f"{__name__}:{key}", reference_jit=False
+    )
 
 
 def _nnabla_adagrad(lr, eps):

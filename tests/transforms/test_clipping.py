@@ -10,8 +10,8 @@ import pytest
 
 import gradtx
 
-from ..helpers import compare_to_numpy, compare_transformations, grad_sequence, mixed_params
-from ..reference_cache import assert_matches_reference, with_modes
+from ..helpers import compare_to_numpy, grad_sequence, mixed_params
+from ..optax_reference import compare_to_optax, with_modes
 
 # The gradients of mixed_params (39 elements, standard normal) have a global norm near 6 and
 # leaf RMS near 1: these thresholds clip on some steps and leaves and not on others.
@@ -36,7 +36,9 @@ MATCHES_OPTAX = [
     with_modes(MATCHES_OPTAX, eager={"clip", "global_norm", "block_rms", "agc"}),
 )
 def test_matches_optax(key, ours, reference, jit):
-    assert_matches_reference(key, ours(), reference, jit=jit)
+    compare_to_optax(
+        ours(), reference(), jit=jit, reference_key=f"{__name__}:{key}", reference_jit=False
+    )
 
 
 def _per_leaf_norm_clip(max_norm):
@@ -107,9 +109,10 @@ def test_agc_with_explicit_axis_matches_optax():
         "kernel": jnp.asarray(rng.normal(size=(3, 4)), jnp.float32),
         "heads": jnp.asarray(rng.normal(size=(2, 3, 5)), jnp.float32),
     }
-    compare_transformations(
+    compare_to_optax(
         gradtx.adaptive_grad_clip(0.2, axis=-1),
         optax.adaptive_grad_clip(0.2, axis=-1),
+        jit=True,
         params=params,
         steps=100,
     )

@@ -10,8 +10,8 @@ import pytest
 
 import gradtx
 
-from ..helpers import compare_transformations, grad_sequence, mixed_params, run, state_dtypes
-from ..reference_cache import assert_matches_reference, with_modes
+from ..helpers import grad_sequence, mixed_params, run, state_dtypes
+from ..optax_reference import compare_to_optax, with_modes
 
 
 def _capped(step, rate):
@@ -45,7 +45,9 @@ MATCHES_OPTAX = [
     with_modes(MATCHES_OPTAX, eager={"factored"}, jit={"factored_offset_capped", "not_factored"}),
 )
 def test_matches_optax(key, ours, reference, jit):
-    assert_matches_reference(key, ours(), reference, jit=jit)
+    compare_to_optax(
+        ours(), reference(), jit=jit, reference_key=f"{__name__}:{key}", reference_jit=False
+    )
 
 
 def test_axis_choice_matches_optax_when_the_largest_axis_comes_first():
@@ -55,9 +57,10 @@ def test_axis_choice_matches_optax_when_the_largest_axis_comes_first():
         "a": jnp.asarray(rng.normal(size=(4, 2, 3)), jnp.float32),
         "b": jnp.asarray(rng.normal(size=(5, 3)), jnp.float32),
     }
-    compare_transformations(
+    compare_to_optax(
         gradtx.scale_by_factored_rms(min_dim_size_to_factor=2),
         optax.scale_by_factored_rms(min_dim_size_to_factor=2),
+        jit=True,
         params=params,
         steps=100,
     )
