@@ -34,9 +34,34 @@ from .optimizers._adaptive import adafactor as adafactor
 from .optimizers._adaptive import adagrad as adagrad
 from .optimizers._adaptive import rmsprop as rmsprop
 
+# -- optimizers: bounded step sizes (adabound, amsbound) --------------------------------------
+from .optimizers._bound import adabound as adabound
+from .optimizers._bound import amsbound as amsbound
+
+# -- optimizers: eve (loss feedback) ----------------------------------------------------------
+from .optimizers._eve import eve as eve
+
 # -- optimizers: large batch (lamb, lars) -------------------------------------------------------
 from .optimizers._large_batch import lamb as lamb
 from .optimizers._large_batch import lars as lars
+
+# -- optimizers: nnabla's update rules ---------------------------------------------------------
+from .optimizers._nnabla import lars_nnabla as lars_nnabla
+from .optimizers._nnabla import momentum_nnabla as momentum_nnabla
+from .optimizers._nnabla import rmsprop_graves as rmsprop_graves
+from .optimizers._nnabla import sgdw as sgdw
+from .optimizers._nnabla_adam import adabelief_nnabla as adabelief_nnabla
+from .optimizers._nnabla_adam import adam_nnabla as adam_nnabla
+from .optimizers._nnabla_adam import adamw_nnabla as adamw_nnabla
+from .optimizers._nnabla_adam import amsgrad_nnabla as amsgrad_nnabla
+from .optimizers._nnabla_adam import lamb_nnabla as lamb_nnabla
+
+# -- optimizers: RETURNN's custom optimizers ---------------------------------------------------
+from .optimizers._returnn import amsgrad_returnn as amsgrad_returnn
+from .optimizers._returnn import grad_variance_scaled as grad_variance_scaled
+from .optimizers._returnn import nadam_returnn as nadam_returnn
+from .optimizers._returnn import neural_optimizer1 as neural_optimizer1
+from .optimizers._returnn import normalized_sgd as normalized_sgd
 
 # -- optimizers: sgd ---------------------------------------------------------------------------
 from .optimizers._sgd import sgd as sgd
@@ -67,6 +92,7 @@ from .transforms._adam import ScaleByAmsgradState as ScaleByAmsgradState
 from .transforms._adam import scale_by_adam as scale_by_adam
 from .transforms._adam import scale_by_adamax as scale_by_adamax
 from .transforms._adam import scale_by_amsgrad as scale_by_amsgrad
+from .transforms._adam_eps_hat import scale_by_adam_eps_hat as scale_by_adam_eps_hat
 from .transforms._adam_variants import ScaleByBeliefState as ScaleByBeliefState
 from .transforms._adam_variants import ScaleByNovogradState as ScaleByNovogradState
 from .transforms._adam_variants import scale_by_belief as scale_by_belief
@@ -84,6 +110,9 @@ from .transforms._adaptive import scale_by_rms as scale_by_rms
 from .transforms._adaptive import scale_by_rss as scale_by_rss
 from .transforms._adaptive import scale_by_stddev as scale_by_stddev
 
+# -- transforms: bounded step sizes (adabound) -------------------------------------------------
+from .transforms._bounded import bound_lr as bound_lr
+
 # -- transforms: clipping ----------------------------------------------------------------------
 from .transforms._clipping import adaptive_grad_clip as adaptive_grad_clip
 from .transforms._clipping import clip as clip
@@ -94,6 +123,14 @@ from .transforms._clipping import clip_by_norm as clip_by_norm
 # -- transforms: weight decay ------------------------------------------------------------------
 from .transforms._decay import WeightDecayState as WeightDecayState
 from .transforms._decay import weight_decay as weight_decay
+
+# -- transforms: custom element-wise rules ----------------------------------------------------
+from .transforms._elementwise import ElementwiseState as ElementwiseState
+from .transforms._elementwise import elementwise as elementwise
+
+# -- transforms: eve (loss feedback) -----------------------------------------------------------
+from .transforms._eve import ScaleByEveState as ScaleByEveState
+from .transforms._eve import scale_by_eve as scale_by_eve
 
 # -- transforms: factored second moment (adafactor) -------------------------------------------
 from .transforms._factored import FactoredState as FactoredState
@@ -111,8 +148,23 @@ from .transforms._momentum import trace as trace
 # -- transforms: plateau control (reduce_on_plateau, RETURNN newbob) ---------------------------
 from .transforms._newbob import NewbobState as NewbobState
 from .transforms._newbob import newbob as newbob
+
+# -- transforms: nnabla's update rules --------------------------------------------------------
+from .transforms._nnabla import ScaleByLarsTrustRatioState as ScaleByLarsTrustRatioState
+from .transforms._nnabla import scale_by_adabelief as scale_by_adabelief
+from .transforms._nnabla import scale_by_lamb_trust_ratio as scale_by_lamb_trust_ratio
+from .transforms._nnabla import scale_by_lars_trust_ratio as scale_by_lars_trust_ratio
+from .transforms._nnabla import trace_with_lr as trace_with_lr
+from .transforms._nnabla import weight_decay_by_lr_ratio as weight_decay_by_lr_ratio
+
+# -- transforms: plateau control (continued) -------------------------------------------------
 from .transforms._plateau import ReduceOnPlateauState as ReduceOnPlateauState
 from .transforms._plateau import reduce_on_plateau as reduce_on_plateau
+
+# -- transforms: RETURNN's custom rules -------------------------------------------------------
+from .transforms._returnn import normalize as normalize
+from .transforms._returnn import scale_by_grad_variance as scale_by_grad_variance
+from .transforms._returnn import scale_by_sign_agreement as scale_by_sign_agreement
 
 # -- transforms: scaling -----------------------------------------------------------------------
 from .transforms._scaling import ScaleByScheduleState as ScaleByScheduleState

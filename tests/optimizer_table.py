@@ -62,6 +62,9 @@ def _collect() -> list[OptCase]:
     from .cases import solvers_adam
 
     cases += solvers_adam.CASES
+    from .cases import solvers_nnabla
+
+    cases += solvers_nnabla.CASES
     names = [c.name for c in cases]
     duplicates = {n for n in names if names.count(n) > 1}
     assert not duplicates, f"duplicate case names in the optimizer table: {duplicates}"

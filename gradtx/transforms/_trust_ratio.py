@@ -36,8 +36,8 @@ def scale_by_trust_ratio(
     follows weight decay.
 
     nnabla's `Lars` uses :math:`\|g\| + \lambda\|w\|` as denominator and keeps the learning rate
-    inside its momentum; nnabla's `Lamb` clips :math:`\|w\|` to `[gamma_l, gamma_u]`. Both are
-    left to a later issue.
+    inside its momentum; nnabla's `Lamb` clips :math:`\|w\|` to `[gamma_l, gamma_u]`. Those are
+    `scale_by_lars_trust_ratio` and `scale_by_lamb_trust_ratio`.
 
     Args:
       min_norm: :math:`n_0` >= 0, a lower bound for both norms.
