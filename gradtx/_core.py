@@ -101,6 +101,12 @@ def identity() -> GradientTransformation:
 def stateless(fn: Callable[[Updates, Params | None], Updates]) -> GradientTransformation:
     """A transformation from a pure function `fn(updates, params) -> updates` (no state).
 
+    Args:
+      fn: a pure function of the updates and the params (which may be None).
+
+    Returns:
+      A `GradientTransformation` with state `EmptyState`.
+
     Example: `stateless(lambda u, p: jax.tree.map(jnp.tanh, u))` squashes every update.
     """
     if not callable(fn):
@@ -122,6 +128,14 @@ def chain(*transformations: GradientTransformation) -> GradientTransformation:
 
     Extra keyword arguments given to `update` (e.g. `value=loss`) are forwarded to every
     transformation that accepts them. Optax transformations are accepted too.
+
+    Args:
+      *transformations: the transformations, applied left to right.
+
+    Returns:
+      A `GradientTransformation` whose state is the tuple of the inner states.
+
+    Example: `chain(clip_by_global_norm(1.0), scale_by_adam(), scale_by_learning_rate(1e-3))`.
     """
     txs = [_as_transformation(tx, "chain", f"argument {i}") for i, tx in enumerate(transformations)]
     update_fns = [forward_extra_args(tx.update) for tx in txs]
@@ -150,6 +164,12 @@ def named_chain(*transformations: tuple[str, GradientTransformation]) -> Gradien
 
     Example: `named_chain(("clip", clip_by_global_norm(1.0)), ("sgd", sgd(0.1)))`; the state's
     parts are then `state["clip"]`, `state["sgd"]` (or `gradtx.tree.get(state, "sgd")`).
+
+    Args:
+      *transformations: `(name, transformation)` pairs with unique names, applied in order.
+
+    Returns:
+      A `GradientTransformation` whose state is a dict from name to inner state.
     """
     names: list[str] = []
     txs = []
@@ -196,6 +216,13 @@ def apply_updates(params: Params, updates: Updates) -> Params:
 
     `None` leaves of `params` (with `None` at the same place in `updates`) pass through. Under
     `jax.jit` with `params` donated, the addition happens in place.
+
+    Args:
+      params: the parameters.
+      updates: the updates, with the structure of `params` (e.g. from `tx.update`).
+
+    Returns:
+      The new parameters; a `ValueError` names the first differing path if the trees differ.
     """
     assert_same_structure("apply_updates", params=params, updates=updates)
     return jax.tree.map(_apply_leaf, params, updates, is_leaf=lambda x: x is None)
