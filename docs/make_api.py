@@ -7,6 +7,7 @@ docs/api.md is out of date.
 from __future__ import annotations
 
 import inspect
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -35,9 +36,10 @@ def _signature(name: str, obj) -> str:
     if inspect.isclass(obj):
         return name
     try:
-        return f"{name}{inspect.signature(obj)}".replace("'", "")
+        text = f"{name}{inspect.signature(obj)}".replace("'", "")
     except (TypeError, ValueError):
         return name
+    return re.sub(r" at 0x[0-9a-f]+>", ">", text)  # default values' reprs: no addresses
 
 
 def _family(module: str) -> tuple[str, str]:
