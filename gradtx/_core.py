@@ -9,6 +9,7 @@ from typing import Any, NamedTuple, Protocol
 import jax
 import jax.numpy as jnp
 
+from ._masking import resolve_mask
 from ._typing import OptState, Params, Updates
 from .tree import assert_same_structure
 
@@ -226,6 +227,35 @@ def apply_updates(params: Params, updates: Updates) -> Params:
     """
     assert_same_structure("apply_updates", params=params, updates=updates)
     return jax.tree.map(_apply_leaf, params, updates, is_leaf=lambda x: x is None)
+
+
+def stateless_with_params(
+    who: str, leaf_fn: Callable[[Any, Any], Any], mask: Any = None
+) -> GradientTransformation:
+    """A stateless transformation mapping `leaf_fn(update, param) -> new update` over the leaves.
+
+    It needs `params` (a `ValueError` naming `who` otherwise) and checks that the updates and
+    params trees match. With a `mask` (bool tree, callable or glob patterns, see
+    `_masking.resolve_mask`), unselected leaves pass through unchanged.
+    """
+
+    def init(params):
+        del params
+        return EmptyState()
+
+    def update(updates, state, params=None, **extra_args):
+        del extra_args
+        params = require_params(who, params)
+        assert_same_structure(who, updates=updates, params=params)
+        if mask is None:
+            return jax.tree.map(leaf_fn, updates, params), state
+        selected = resolve_mask(who, mask, params)
+        updates = jax.tree.map(
+            lambda g, p, on: leaf_fn(g, p) if on else g, updates, params, selected
+        )
+        return updates, state
+
+    return GradientTransformation(init, update)
 
 
 def require_params(who: str, params: Params | None) -> Params:

@@ -6,10 +6,10 @@ import jax
 import jax.numpy as jnp
 
 from .._checks import check_non_negative, check_positive
-from .._core import EmptyState, GradientTransformation, require_params
+from .._core import EmptyState, GradientTransformation, stateless_with_params
 from .._numerics import abs_sq, safe_norm, widen
 from .._typing import ArrayLike, Updates
-from ..tree import assert_same_structure, norm
+from ..tree import norm
 
 
 def _stateless(update_leaves) -> GradientTransformation:
@@ -199,17 +199,7 @@ def adaptive_grad_clip(
         scaled = widen(g) * (limit / jnp.maximum(g_norm, 1e-6))
         return jnp.where(g_norm < limit, g, scaled.astype(g.dtype)).astype(g.dtype)
 
-    def init(params):
-        del params
-        return EmptyState()
-
-    def update(updates, state, params=None, **extra_args):
-        del extra_args
-        params = require_params(who, params)
-        assert_same_structure(who, updates=updates, params=params)
-        return jax.tree.map(leaf, updates, params), state
-
-    return GradientTransformation(init, update)
+    return stateless_with_params(who, leaf)
 
 
 __all__ = [

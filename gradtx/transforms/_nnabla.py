@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from .._checks import check_in_range, check_non_negative, check_positive, concrete
-from .._core import EmptyState, GradientTransformation, require_params
+from .._core import GradientTransformation, require_params, stateless_with_params
 from .._masking import MaskOrFn
 from .._numerics import (
     abs_sq,
@@ -258,26 +258,15 @@ def scale_by_lamb_trust_ratio(
             f"{who}: gamma_l must be <= gamma_u, got gamma_l={gamma_l!r} and gamma_u={gamma_u!r}"
         )
 
-    def init(params):
-        del params
-        return EmptyState()
+    def leaf(r, w):
+        rw = widen(r)
+        phi = jnp.clip(safe_norm(jnp.asarray(w)), gamma_l, gamma_u)
+        r_norm = safe_norm(rw)
+        big = r_norm > eps
+        ratio = jnp.where(big, phi / jnp.where(big, r_norm, 1.0), 1.0)
+        return (ratio * rw).astype(r.dtype)
 
-    def update(updates, state, params=None, **extra_args):
-        del extra_args
-        params = require_params(who, params)
-        assert_same_structure(who, updates=updates, params=params)
-
-        def leaf(r, w):
-            rw = widen(r)
-            phi = jnp.clip(safe_norm(jnp.asarray(w)), gamma_l, gamma_u)
-            r_norm = safe_norm(rw)
-            big = r_norm > eps
-            ratio = jnp.where(big, phi / jnp.where(big, r_norm, 1.0), 1.0)
-            return (ratio * rw).astype(r.dtype)
-
-        return jax.tree.map(leaf, updates, params), state
-
-    return GradientTransformation(init, update)
+    return stateless_with_params(who, leaf)
 
 
 # --------------------------------------------------------------------------------------------

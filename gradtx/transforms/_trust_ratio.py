@@ -3,15 +3,13 @@ parameter-block scaling (Adafactor)."""
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
 from .._checks import check_non_negative, check_positive
-from .._core import EmptyState, GradientTransformation, require_params
-from .._masking import MaskOrFn, resolve_mask
+from .._core import GradientTransformation, stateless_with_params
+from .._masking import MaskOrFn
 from .._numerics import safe_norm, safe_rms
 from .._typing import ArrayLike
-from ..tree import assert_same_structure
 
 
 def scale_by_trust_ratio(
@@ -67,43 +65,12 @@ def scale_by_trust_ratio(
         ratio = jnp.where(trivial, 1.0, trust_coefficient * p_norm / denominator)
         return (g * ratio).astype(g.dtype)
 
-    def init(params):
-        del params
-        return EmptyState()
-
-    def update(updates, state, params=None, **extra_args):
-        del extra_args
-        params = require_params(who, params)
-        assert_same_structure(who, updates=updates, params=params)
-        if mask is None:
-            updates = jax.tree.map(scale_leaf, updates, params)
-        else:
-            selected = resolve_mask(who, mask, params)
-            updates = jax.tree.map(
-                lambda g, p, on: scale_leaf(g, p) if on else g, updates, params, selected
-            )
-        return updates, state
-
-    return GradientTransformation(init, update)
+    return stateless_with_params(who, scale_leaf, mask)
 
 
 def _scale_by_param_size(who: str, size_fn, min_scale: ArrayLike) -> GradientTransformation:
     check_non_negative(who, "min_scale", min_scale)
-
-    def init(params):
-        del params
-        return EmptyState()
-
-    def update(updates, state, params=None, **extra_args):
-        del extra_args
-        params = require_params(who, params)
-        assert_same_structure(who, updates=updates, params=params)
-        updates = jax.tree.map(
-            lambda g, p: (g * size_fn(p, min_scale)).astype(g.dtype), updates, params
-        )
-        return updates, state
-
-    return GradientTransformation(init, update)
+    return stateless_with_params(who, lambda g, p: (g * size_fn(p, min_scale)).astype(g.dtype))
 
 
 def scale_by_param_block_rms(min_scale: ArrayLike = 1e-3) -> GradientTransformation:
