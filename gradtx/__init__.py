@@ -14,6 +14,7 @@ from ._core import chain as chain
 from ._core import identity as identity
 from ._core import named_chain as named_chain
 from ._core import stateless as stateless
+from ._step import jit_step as jit_step
 
 # -- optimizers: adam family -------------------------------------------------------------------
 from .optimizers._adam import adam as adam

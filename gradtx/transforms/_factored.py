@@ -109,14 +109,16 @@ def scale_by_factored_rms(
     def init(params):
         def init_leaf(p: Any) -> tuple:
             shape, dtype = tuple(p.shape), p.dtype
-            placeholder = jnp.zeros((1,), dtype)
+            # A fresh placeholder for each field: one array shared by two state leaves could
+            # not be donated to a jitted step (XLA refuses to donate a buffer twice).
+            placeholder = lambda: jnp.zeros((1,), dtype)
             axes = dims(shape)
             if axes is None:
-                return placeholder, placeholder, jnp.zeros(shape, dtype)
+                return placeholder(), placeholder(), jnp.zeros(shape, dtype)
             d1, d0 = axes
             v_row = jnp.zeros(_drop_axis(shape, d0), dtype)
             v_col = jnp.zeros(_drop_axis(shape, d1), dtype)
-            return v_row, v_col, placeholder
+            return v_row, v_col, placeholder()
 
         v_row, v_col, v = map_split(init_leaf, 3, params)
         return FactoredState(count=zero_count(), v_row=v_row, v_col=v_col, v=v)

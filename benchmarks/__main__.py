@@ -1,0 +1,52 @@
+"""`python -m benchmarks`: run the suite, print the table, write JSON, Markdown and a PNG."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .report import markdown, write_all
+from .workloads import WORKLOAD_NAMES
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description="gradtx vs Optax step, build and memory figures."
+    )
+    parser.add_argument("--quick", action="store_true", help="tiny trees and few repeats")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=WORKLOAD_NAMES,
+        metavar="WORKLOAD",
+        help=f"run only this workload (repeatable): {', '.join(WORKLOAD_NAMES)}",
+    )
+    parser.add_argument(
+        "--tree", action="append", help="run only this tree (repeatable): 1x16M, 200x80k, 2000x8k"
+    )
+    parser.add_argument("--repeats", type=int, help="at most this many timed rounds per case")
+    parser.add_argument("--seconds", type=float, help="time budget per case (after min rounds)")
+    parser.add_argument("--no-torch", action="store_true", help="skip torch.optim even if present")
+    parser.add_argument("--out", default="benchmarks/results", help="output folder")
+    args = parser.parse_args(argv)
+
+    from .suite import run_suite
+
+    run = run_suite(
+        quick=args.quick,
+        only=args.only,
+        trees=args.tree,
+        repeats=args.repeats,
+        seconds=args.seconds,
+        with_torch=not args.no_torch,
+        log=lambda s: print(s, flush=True),
+    )
+    paths = write_all(run, args.out)
+    print()
+    print(markdown(run))
+    print("wrote " + ", ".join(paths.values()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""The benchmark harness runs end to end on tiny sizes and writes its JSON, Markdown and PNG.
+
+Only that it works is checked here; no test asserts on a time (benchmarks/README.md has the
+figures)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.__main__ import main
+from benchmarks.harness import Budget, Stats, triad_bandwidth
+from benchmarks.report import markdown, write_all
+from benchmarks.suite import run_suite
+from benchmarks.workloads import QUICK_TREES, WORKLOADS
+
+
+def test_quick_suite_writes_json_markdown_and_png(tmp_path):
+    run = run_suite(
+        quick=True,
+        only=["adam", "accumulate4_adam"],
+        trees=["2000x8k"],
+        repeats=2,
+        seconds=0.0,
+        with_torch=False,
+        log=lambda s: None,
+    )
+    paths = write_all(run, str(tmp_path))
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert {r["workload"] for r in data["results"]} == {"adam", "accumulate4_adam"}
+    for r in data["results"]:
+        for key in ("donated", "undonated"):
+            step = r["step"][key]
+            assert step["gradtx"]["median"] > 0 and step["optax"]["median"] > 0
+            assert step["ratio"]["n"] == 2
+        assert r["build"]["gradtx"]["donated"]["compile_s"] > 0
+        assert r["memory"]["gradtx"]["state_bytes_per_param"] > 0
+    acc = next(r for r in data["results"] if r["workload"] == "accumulate4_adam")
+    assert acc["step"]["donated"]["ratio_to_baseline"]["median"] > 0
+    assert data["machine"]["jax"] and data["triad"]["reference_Bps"] > 0
+    assert not data["torch"]["available"] and "--no-torch" in data["torch"]["note"]
+    assert any("trace+compile" in t["target"] for t in data["summary"]["targets"])
+    text = (tmp_path / "results.md").read_text()
+    assert "| adam | 2000x8k |" in text and "not measured" in text
+    if "png" in paths:
+        assert (tmp_path / "ratios.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_runs_one_workload(tmp_path, capsys):
+    out = tmp_path / "cli"
+    args = "--quick --only lion --tree 1x16M --repeats 1 --seconds 0 --no-torch --out"
+    code = main([*args.split(), str(out)])
+    assert code == 0
+    assert (out / "results.json").exists()
+    assert "| lion | 1x16M |" in capsys.readouterr().out
+
+
+def test_unknown_workload_is_an_error():
+    with pytest.raises(ValueError, match="unknown workload"):
+        run_suite(quick=True, only=["nope"], with_torch=False, log=lambda s: None)
+
+
+def test_workloads_build_in_both_libraries():
+    params = QUICK_TREES[0].params()
+    for w in WORKLOADS:
+        for lib in ("gradtx", "optax"):
+            tx = w.make(lib)
+            assert tx.init(params) is not None
+
+
+def test_stats_and_triad():
+    st = Stats.of([3.0, 1.0, 2.0, 4.0, 5.0])
+    assert (st.median, st.q1, st.q3, st.n) == (3.0, 2.0, 4.0, 5)
+    assert Stats.of([2.0]).q1 == 2.0
+    tri = triad_bandwidth(4096, Budget(min_rounds=2, max_rounds=2, seconds=0.0, warmup=1))
+    assert tri["xla"]["best_Bps"] > 0 and tri["numpy"]["best_Bps"] > 0
+    assert tri["reference_Bps"] == max(tri["xla"]["best_Bps"], tri["numpy"]["best_Bps"])
+
+
+def test_markdown_marks_unmet_targets():
+    run = run_suite(
+        quick=True,
+        only=["adam"],
+        trees=["1x16M"],
+        repeats=1,
+        seconds=0.0,
+        with_torch=False,
+        log=lambda s: None,
+    )
+    run["summary"]["targets"].append({"target": "x", "value": 2.0, "limit": 1.0, "met": False})
+    assert "| x | 2.00 | 1.00 | **no** |" in markdown(run)
