@@ -44,6 +44,21 @@ def widen(x: ArrayLike) -> jax.Array:
     return x.astype(jnp.promote_types(x.dtype, jnp.float32))
 
 
+def as_stored(x: jax.Array, buffer: jax.Array) -> jax.Array:
+    """`x` rounded to `buffer`'s dtype (as it will be stored), then widened for computing.
+
+    Update rules compute the update from the moments *as stored*. For float32 buffers this is a
+    no-op. For bf16 buffers it makes the update a function of the saved state alone and lets XLA
+    write the new moment in place: reading the unrounded value instead forces a copy of the old
+    buffer (measured 1.9x slower on a donated 16M-parameter Adam step). float16 buffers are not
+    read back: their narrow range would store a small second moment (e.g. (1 - b2) g^2 for
+    g ~ 1e-3) as 0 and the update would overflow.
+    """
+    if jnp.dtype(buffer.dtype) == jnp.float16:
+        return widen(x)
+    return widen(x.astype(buffer.dtype))
+
+
 def abs_sq(g: jax.Array) -> jax.Array:
     """`|g|^2`, real for complex `g`."""
     return jnp.real(g * jnp.conj(g)) if jnp.iscomplexobj(g) else g * g

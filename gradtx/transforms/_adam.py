@@ -20,7 +20,7 @@ import jax.numpy as jnp
 
 from .._checks import check_in_range, check_non_negative
 from .._core import GradientTransformation
-from .._numerics import abs_sq, bias_correction, safe_increment, widen, zero_count
+from .._numerics import abs_sq, as_stored, bias_correction, safe_increment, widen, zero_count
 from .._typing import ArrayLike, Updates
 from ..tree import assert_same_structure, map_split, zeros_like
 
@@ -124,8 +124,8 @@ def scale_by_adam(
 
         def leaf(g, m, v):
             gw = widen(g)
-            m_new = _ema(b1, gw, m)
-            v_new = _ema(b2, abs_sq(gw), v)
+            m_new = as_stored(_ema(b1, gw, m), m)
+            v_new = as_stored(_ema(b2, abs_sq(gw), v), v)
             u = m_hat(m_new, gw) / (jnp.sqrt(v_new / c2 + eps_root) + eps)
             return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
 
@@ -185,8 +185,8 @@ def scale_by_adamax(
 
         def leaf(g, m, v):
             gw = widen(g)
-            m_new = _ema(b1, gw, m)
-            v_new = jnp.maximum(jnp.abs(gw) + eps, b2 * v)
+            m_new = as_stored(_ema(b1, gw, m), m)
+            v_new = as_stored(jnp.maximum(jnp.abs(gw) + eps, b2 * v), v)
             u = (m_new / c1) / v_new
             return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
 
@@ -257,11 +257,11 @@ def scale_by_amsgrad(
 
         def leaf(g, m, v, v_max):
             gw = widen(g)
-            m_new = _ema(b1, gw, m)
-            v_new = _ema(b2, abs_sq(gw), v)
+            m_new = as_stored(_ema(b1, gw, m), m)
+            v_new = as_stored(_ema(b2, abs_sq(gw), v), v)
             m_hat = m_new if c1 is None else m_new / c1
             v_eff = v_new if c2 is None else v_new / c2
-            v_max_new = jnp.maximum(widen(v_max), v_eff)
+            v_max_new = as_stored(jnp.maximum(widen(v_max), v_eff), v_max)
             u = m_hat / (jnp.sqrt(v_max_new + eps_root) + eps)
             return (
                 u.astype(g.dtype),

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from .._core import GradientTransformation
-from .._numerics import abs_sq, bias_correction, safe_increment, widen, zero_count
+from .._numerics import abs_sq, as_stored, bias_correction, safe_increment, widen, zero_count
 from .._typing import ArrayLike, Params
 from ..tree import assert_same_structure, map_split, zeros_like
 from ._adam import ScaleByAdamState, ScaleByAmsgradState, _check_moments, _ema
@@ -60,9 +60,9 @@ def step_moments(
 
     def leaf(g, m, v, *v_max):
         gw = widen(g)
-        m_new = _ema(b1, gw, m)
-        v_new = _ema(b2, abs_sq(gw), v)
-        v_eff = jnp.maximum(widen(v_max[0]), v_new) if v_max else v_new
+        m_new = as_stored(_ema(b1, gw, m), m)
+        v_new = as_stored(_ema(b2, abs_sq(gw), v), v)
+        v_eff = as_stored(jnp.maximum(widen(v_max[0]), v_new), v_max[0]) if v_max else v_new
         u = leaf_step(gw, m_new, v_eff)
         out = (u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype))
         return (*out, v_eff.astype(v_max[0].dtype)) if v_max else out

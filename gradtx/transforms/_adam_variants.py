@@ -16,7 +16,15 @@ import numpy as np
 
 from .._checks import check_in_range, check_non_negative, concrete
 from .._core import GradientTransformation, require_params
-from .._numerics import abs_sq, bias_correction, safe_increment, value_at, widen, zero_count
+from .._numerics import (
+    abs_sq,
+    as_stored,
+    bias_correction,
+    safe_increment,
+    value_at,
+    widen,
+    zero_count,
+)
 from .._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..tree import assert_same_structure, full_like, map_split, zeros_like
 from ._adam import (
@@ -99,8 +107,8 @@ def scale_by_belief(
 
         def leaf(g, m, s):
             gw = widen(g)
-            m_new = _ema(b1, gw, m)
-            s_new = _ema(b2, abs_sq(gw - m_new), s) + eps_root
+            m_new = as_stored(_ema(b1, gw, m), m)
+            s_new = as_stored(_ema(b2, abs_sq(gw - m_new), s) + eps_root, s)
             u = m_hat(m_new, gw) / (jnp.sqrt(s_new / c2) + eps)
             return u.astype(g.dtype), m_new.astype(m.dtype), s_new.astype(s.dtype)
 
@@ -166,9 +174,9 @@ def scale_by_yogi(
 
         def leaf(g, m, v):
             gw = widen(g)
-            m_new = _ema(b1, gw, m)
+            m_new = as_stored(_ema(b1, gw, m), m)
             g2, vw = abs_sq(gw), widen(v)
-            v_new = vw - (1 - b2) * jnp.sign(vw - g2) * g2
+            v_new = as_stored(vw - (1 - b2) * jnp.sign(vw - g2) * g2, v)
             u = (m_new / c1) / (jnp.sqrt(v_new / c2 + eps_root) + eps)
             return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
 
@@ -257,8 +265,8 @@ def scale_by_radam(
 
         def leaf(g, m, v):
             gw = widen(g)
-            m_new = _ema(b1, gw, m)
-            v_new = _ema(b2, abs_sq(gw), v)
+            m_new = as_stored(_ema(b1, gw, m), m)
+            v_new = as_stored(_ema(b2, abs_sq(gw), v), v)
             mh = m_hat(m_new, gw)
             u = jnp.where(adaptive, r * mh / (jnp.sqrt(v_new / c2 + eps_root) + eps), mh)
             return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from .._checks import check_in_range, check_non_negative
 from .._core import GradientTransformation
-from .._numerics import abs_sq, safe_increment, widen, zero_count
+from .._numerics import abs_sq, as_stored, safe_increment, widen, zero_count
 from .._numerics import bias_correction as _bias_correction
 from .._typing import ArrayLike, Updates
 from ..tree import assert_same_structure, full_like, map_split, zeros_like
@@ -100,7 +100,7 @@ def scale_by_rms(
 
         def leaf(g, v):
             g32 = widen(g)
-            v_new = (1 - decay) * abs_sq(g32) + decay * v.astype(g32.dtype)
+            v_new = as_stored((1 - decay) * abs_sq(g32) + decay * v.astype(g32.dtype), v)
             v_hat = v_new / corr.astype(v_new.dtype) if corr is not None else v_new
             u = g32 * _inverse_root(v_hat, eps, eps_in_sqrt)
             return u.astype(g.dtype), v_new.astype(v.dtype)
@@ -160,8 +160,8 @@ def scale_by_stddev(
 
         def leaf(g, m, v):
             g32 = widen(g)
-            m_new = (1 - decay) * g32 + decay * m.astype(g32.dtype)
-            v_new = (1 - decay) * abs_sq(g32) + decay * v.astype(g32.dtype)
+            m_new = as_stored((1 - decay) * g32 + decay * m.astype(g32.dtype), m)
+            v_new = as_stored((1 - decay) * abs_sq(g32) + decay * v.astype(g32.dtype), v)
             if corr is not None:
                 m_hat, v_hat = m_new / corr.astype(m_new.dtype), v_new / corr.astype(v_new.dtype)
             else:
@@ -229,7 +229,7 @@ def scale_by_rss(
 
         def leaf(g, s):
             g32 = widen(g)
-            s_new = s.astype(g32.dtype) + abs_sq(g32)
+            s_new = as_stored(s.astype(g32.dtype) + abs_sq(g32), s)
             positive = s_new > 0
             safe = jnp.where(positive, s_new, 1.0)  # keeps the discarded branch finite
             u = jnp.where(positive, g32 * _inverse_root(safe, eps, eps_in_sqrt), 0.0)
@@ -284,7 +284,7 @@ def scale_by_adadelta(rho: ArrayLike = 0.9, eps: ArrayLike = 1e-6) -> GradientTr
 
         def leaf(g, eg, ex):
             g32 = widen(g)
-            eg_new = (1 - rho) * abs_sq(g32) + rho * eg.astype(g32.dtype)
+            eg_new = as_stored((1 - rho) * abs_sq(g32) + rho * eg.astype(g32.dtype), eg)
             u = jnp.sqrt(ex.astype(g32.dtype) + eps) / jnp.sqrt(eg_new + eps) * g32
             ex_new = (1 - rho) * abs_sq(u) + rho * ex.astype(g32.dtype)
             return u.astype(g.dtype), eg_new.astype(eg.dtype), ex_new.astype(ex.dtype)

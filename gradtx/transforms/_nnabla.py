@@ -23,6 +23,7 @@ from .._core import GradientTransformation, require_params, stateless_with_param
 from .._masking import MaskOrFn
 from .._numerics import (
     abs_sq,
+    as_stored,
     bias_correction,
     safe_increment,
     safe_norm,
@@ -96,7 +97,7 @@ def trace_with_lr(
 
         def leaf(g, v):
             step = eta * widen(g)
-            v_new = mu * widen(v) + step
+            v_new = as_stored(mu * widen(v) + step, v)
             u = step + mu * v_new if nesterov else v_new
             return (sign * u).astype(g.dtype), v_new.astype(v.dtype)
 
@@ -370,9 +371,9 @@ def scale_by_adabelief(
 
         def leaf(g, m, s, *s_max):
             gw = widen(g)
-            m_new = _ema(b1, gw, m)
-            s_new = _ema(b2, abs_sq(gw - m_new), s)
-            s_eff = jnp.maximum(widen(s_max[0]), s_new) if s_max else s_new
+            m_new = as_stored(_ema(b1, gw, m), m)
+            s_new = as_stored(_ema(b2, abs_sq(gw - m_new), s), s)
+            s_eff = as_stored(jnp.maximum(widen(s_max[0]), s_new), s_max[0]) if s_max else s_new
             m_hat = m_new / c1
             u = m_hat / (jnp.sqrt((s_eff + eps) / c2) + eps)
             if rectify:
