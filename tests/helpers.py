@@ -40,6 +40,18 @@ def mixed_params(seed: int = 0, dtype: Any = jnp.float32) -> dict:
     }
 
 
+def kernel_mask(params: Any) -> dict:
+    """A boolean mask tree for `mixed_params()`: a mix of selected and unselected leaves (None
+    where the params have None)."""
+    return {
+        "dense": {"kernel": True, "bias": False},
+        "layers": [False, {"w": True, "frozen": None}],
+        "pair": type(params["pair"])(a=True, b=(False, True)),
+        "empty": {},
+        "none": None,
+    }
+
+
 def random_like(tree: Any, rng: np.random.Generator, scale: float = 1.0) -> Any:
     """A tree like `tree` with fresh normal values (same dtypes; None leaves stay None)."""
     return jax.tree.map(

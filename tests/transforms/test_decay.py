@@ -10,7 +10,7 @@ import pytest
 
 import gradtx
 
-from ..helpers import grad_sequence, mixed_params, run
+from ..helpers import grad_sequence, kernel_mask, mixed_params, run
 from ..optax_reference import compare_to_optax, with_modes
 
 
@@ -67,16 +67,6 @@ def test_placement_matters():
     assert not np.allclose(a[-1]["dense"]["kernel"], b[-1]["dense"]["kernel"], rtol=1e-3)
 
 
-def _kernel_mask(params):
-    return {
-        "dense": {"kernel": True, "bias": False},
-        "layers": [False, {"w": True, "frozen": None}],
-        "pair": type(params["pair"])(a=True, b=(False, True)),
-        "empty": {},
-        "none": None,
-    }
-
-
 def _prefix_mask(params):
     # A prefix of the params tree: one bool for each whole subtree.
     return {
@@ -107,11 +97,11 @@ def _not_bias(params):
 @pytest.mark.parametrize(
     ("mask", "expected"),
     [
-        (_kernel_mask(mixed_params()), _kernel_mask),
-        (_kernel_mask, _kernel_mask),
+        (kernel_mask(mixed_params()), kernel_mask),
+        (kernel_mask, kernel_mask),
         (_prefix_mask(mixed_params()), _prefix_expanded),
         ("!**/bias", _not_bias),
-        (["dense/kernel", "layers/1/*", "pair/a", "pair/b/1"], _kernel_mask),
+        (["dense/kernel", "layers/1/*", "pair/a", "pair/b/1"], kernel_mask),
     ],
     ids=["tree", "callable", "prefix_tree", "glob", "glob_list"],
 )

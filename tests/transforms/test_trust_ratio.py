@@ -11,7 +11,7 @@ import pytest
 import gradtx
 from gradtx._numerics import safe_norm, safe_rms
 
-from ..helpers import grad_sequence, mixed_params
+from ..helpers import grad_sequence, kernel_mask, mixed_params
 from ..optax_reference import compare_to_optax, with_modes
 
 MATCHES_OPTAX = [
@@ -58,16 +58,6 @@ def test_matches_optax(key, ours, reference, jit):
     )
 
 
-def _mask_tree(params):
-    return {
-        "dense": {"kernel": True, "bias": False},
-        "layers": [False, {"w": True, "frozen": None}],
-        "pair": type(params["pair"])(a=True, b=(False, True)),
-        "empty": {},
-        "none": None,
-    }
-
-
 def _all_but_dense_bias(params):
     return {
         "dense": {"kernel": True, "bias": False},
@@ -81,9 +71,9 @@ def _all_but_dense_bias(params):
 @pytest.mark.parametrize(
     ("mask", "expected"),
     [
-        (_mask_tree, _mask_tree),
+        (kernel_mask, kernel_mask),
         ("!**/bias", _all_but_dense_bias),
-        (["dense/kernel", "layers/1/w", "pair/a", "pair/b/1"], _mask_tree),
+        (["dense/kernel", "layers/1/w", "pair/a", "pair/b/1"], kernel_mask),
     ],
     ids=["callable", "glob", "glob_list"],
 )
