@@ -3,6 +3,7 @@
 The public API, re-exported explicitly. No logic lives here.
 """
 
+from . import contrib as contrib
 from . import schedules as schedules
 from . import tree as tree
 
@@ -206,5 +207,11 @@ from .wrappers._project import box as box
 from .wrappers._project import l2_ball as l2_ball
 from .wrappers._project import non_negative as non_negative
 from .wrappers._project import project as project
+
+# -- Solvers III: Optax algorithms (adan, fromage, sm3, rprop, polyak, optimistic, ...) ---------
+
+# -- Solvers III: Optax utilities (skip_*, periodic_update, ema, partition, conditionally_*, ...) -
+
+# -- Solvers III: L-BFGS and line searches ----------------------------------------------------
 
 __version__ = "0.1.0"

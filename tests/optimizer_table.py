@@ -65,6 +65,18 @@ def _collect() -> list[OptCase]:
     from .cases import solvers_nnabla
 
     cases += solvers_nnabla.CASES
+    from .cases import solvers3_optax
+
+    cases += solvers3_optax.CASES
+    from .cases import solvers3_lbfgs
+
+    cases += solvers3_lbfgs.CASES
+    from .cases import solvers3_contrib_a
+
+    cases += solvers3_contrib_a.CASES
+    from .cases import solvers3_contrib_b
+
+    cases += solvers3_contrib_b.CASES
     names = [c.name for c in cases]
     duplicates = {n for n in names if names.count(n) > 1}
     assert not duplicates, f"duplicate case names in the optimizer table: {duplicates}"
