@@ -28,7 +28,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, help="time budget per case (after min rounds)")
     parser.add_argument("--no-torch", action="store_true", help="skip torch.optim even if present")
     parser.add_argument("--out", default="benchmarks/results", help="output folder")
+    parser.add_argument(
+        "--checkpoint",
+        action="store_true",
+        help="run only the checkpoint save/load benchmark (vs numpy.save / numpy.load)",
+    )
     args = parser.parse_args(argv)
+    if args.checkpoint:
+        from .checkpoint import main as checkpoint_main
+
+        return checkpoint_main(quick=args.quick, out=args.out, rounds=args.repeats)
 
     from .suite import run_suite
 

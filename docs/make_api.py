@@ -74,9 +74,12 @@ def render() -> str:
         for sub in sorted(groups[family]):
             out.extend(groups[family][sub])
         out.append("")
-    for namespace in ("tree", "schedules"):
+    for namespace in ("tree", "schedules", "nnabla", "returnn", "contrib", "microbatching"):
         module = getattr(gradtx, namespace)
         out.append(f"## `gradtx.{namespace}`\n")
+        doc = (inspect.getdoc(module) or "").strip().split("\n\n")[0].replace("\n", " ")
+        if namespace in ("nnabla", "returnn", "contrib", "microbatching"):
+            out.append(f"{doc}\n")
         names = getattr(module, "__all__", None) or [
             n for n in dir(module) if not n.startswith("_")
         ]

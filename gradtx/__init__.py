@@ -4,6 +4,8 @@ The public API, re-exported explicitly. No logic lives here.
 """
 
 from . import contrib as contrib
+from . import nnabla as nnabla
+from . import returnn as returnn
 from . import schedules as schedules
 from . import tree as tree
 
@@ -15,6 +17,7 @@ from ._core import chain as chain
 from ._core import identity as identity
 from ._core import named_chain as named_chain
 from ._core import stateless as stateless
+from ._interop import as_optax as as_optax
 from ._step import jit_step as jit_step
 
 # -- optimizers: adam family -------------------------------------------------------------------
@@ -34,7 +37,9 @@ from .optimizers._adam_variants import yogi as yogi
 from .optimizers._adaptive import adadelta as adadelta
 from .optimizers._adaptive import adafactor as adafactor
 from .optimizers._adaptive import adagrad as adagrad
+from .optimizers._adaptive import grad_variance_scaled as grad_variance_scaled
 from .optimizers._adaptive import rmsprop as rmsprop
+from .optimizers._adaptive import rmsprop_graves as rmsprop_graves
 
 # -- optimizers: bounded step sizes (adabound, amsbound) --------------------------------------
 from .optimizers._bound import adabound as adabound
@@ -47,29 +52,14 @@ from .optimizers._eve import eve as eve
 from .optimizers._large_batch import lamb as lamb
 from .optimizers._large_batch import lars as lars
 
-# -- optimizers: nnabla's update rules ---------------------------------------------------------
-from .optimizers._nnabla import lars_nnabla as lars_nnabla
-from .optimizers._nnabla import momentum_nnabla as momentum_nnabla
-from .optimizers._nnabla import rmsprop_graves as rmsprop_graves
-from .optimizers._nnabla import sgdw as sgdw
-from .optimizers._nnabla_adam import adabelief_nnabla as adabelief_nnabla
-from .optimizers._nnabla_adam import adam_nnabla as adam_nnabla
-from .optimizers._nnabla_adam import adamw_nnabla as adamw_nnabla
-from .optimizers._nnabla_adam import amsgrad_nnabla as amsgrad_nnabla
-from .optimizers._nnabla_adam import lamb_nnabla as lamb_nnabla
-
-# -- optimizers: RETURNN's custom optimizers ---------------------------------------------------
-from .optimizers._returnn import amsgrad_returnn as amsgrad_returnn
-from .optimizers._returnn import grad_variance_scaled as grad_variance_scaled
-from .optimizers._returnn import nadam_returnn as nadam_returnn
-from .optimizers._returnn import neural_optimizer1 as neural_optimizer1
-from .optimizers._returnn import normalized_sgd as normalized_sgd
-
 # -- optimizers: sgd ---------------------------------------------------------------------------
+from .optimizers._sgd import normalized_sgd as normalized_sgd
 from .optimizers._sgd import sgd as sgd
+from .optimizers._sgd import sgdw as sgdw
 
 # -- optimizers: sign family -------------------------------------------------------------------
 from .optimizers._sign import lion as lion
+from .optimizers._sign import neural_optimizer1 as neural_optimizer1
 from .optimizers._sign import sign_sgd as sign_sgd
 
 # -- schedules: Optax-named aliases (the full set lives in gradtx.schedules) ---------------------
@@ -87,14 +77,10 @@ from .schedules import sgdr_schedule as sgdr_schedule
 from .schedules import warmup_constant_schedule as warmup_constant_schedule
 from .schedules import warmup_cosine_decay_schedule as warmup_cosine_decay_schedule
 from .schedules import warmup_exponential_decay_schedule as warmup_exponential_decay_schedule
-
-# -- transforms: adam family -------------------------------------------------------------------
-from .transforms._adam import ScaleByAdamState as ScaleByAdamState
-from .transforms._adam import ScaleByAmsgradState as ScaleByAmsgradState
 from .transforms._adam import scale_by_adam as scale_by_adam
+from .transforms._adam import scale_by_adam_eps_hat as scale_by_adam_eps_hat
 from .transforms._adam import scale_by_adamax as scale_by_adamax
 from .transforms._adam import scale_by_amsgrad as scale_by_amsgrad
-from .transforms._adam_eps_hat import scale_by_adam_eps_hat as scale_by_adam_eps_hat
 from .transforms._adam_variants import ScaleByBeliefState as ScaleByBeliefState
 from .transforms._adam_variants import ScaleByNovogradState as ScaleByNovogradState
 from .transforms._adam_variants import scale_by_belief as scale_by_belief
@@ -108,6 +94,7 @@ from .transforms._adaptive import ScaleByRmsState as ScaleByRmsState
 from .transforms._adaptive import ScaleByRssState as ScaleByRssState
 from .transforms._adaptive import ScaleByStddevState as ScaleByStddevState
 from .transforms._adaptive import scale_by_adadelta as scale_by_adadelta
+from .transforms._adaptive import scale_by_grad_variance as scale_by_grad_variance
 from .transforms._adaptive import scale_by_rms as scale_by_rms
 from .transforms._adaptive import scale_by_rss as scale_by_rss
 from .transforms._adaptive import scale_by_stddev as scale_by_stddev
@@ -125,6 +112,7 @@ from .transforms._clipping import clip_by_norm as clip_by_norm
 # -- transforms: weight decay ------------------------------------------------------------------
 from .transforms._decay import WeightDecayState as WeightDecayState
 from .transforms._decay import weight_decay as weight_decay
+from .transforms._decay import weight_decay_by_lr_ratio as weight_decay_by_lr_ratio
 
 # -- transforms: custom element-wise rules ----------------------------------------------------
 from .transforms._elementwise import ElementwiseState as ElementwiseState
@@ -143,33 +131,26 @@ from .transforms._gradient_ops import AddNoiseState as AddNoiseState
 from .transforms._gradient_ops import add_noise as add_noise
 from .transforms._gradient_ops import centralize as centralize
 
+# -- transforms: adam family -------------------------------------------------------------------
+from .transforms._moments import ScaleByAdamState as ScaleByAdamState
+from .transforms._moments import ScaleByAmsgradState as ScaleByAmsgradState
+
 # -- transforms: momentum ----------------------------------------------------------------------
 from .transforms._momentum import TraceState as TraceState
 from .transforms._momentum import trace as trace
+from .transforms._momentum import trace_with_lr as trace_with_lr
 
 # -- transforms: plateau control (reduce_on_plateau, RETURNN newbob) ---------------------------
 from .transforms._newbob import NewbobState as NewbobState
 from .transforms._newbob import newbob as newbob
 
-# -- transforms: nnabla's update rules --------------------------------------------------------
-from .transforms._nnabla import ScaleByLarsTrustRatioState as ScaleByLarsTrustRatioState
-from .transforms._nnabla import scale_by_adabelief as scale_by_adabelief
-from .transforms._nnabla import scale_by_lamb_trust_ratio as scale_by_lamb_trust_ratio
-from .transforms._nnabla import scale_by_lars_trust_ratio as scale_by_lars_trust_ratio
-from .transforms._nnabla import trace_with_lr as trace_with_lr
-from .transforms._nnabla import weight_decay_by_lr_ratio as weight_decay_by_lr_ratio
-
 # -- transforms: plateau control (continued) -------------------------------------------------
 from .transforms._plateau import ReduceOnPlateauState as ReduceOnPlateauState
 from .transforms._plateau import reduce_on_plateau as reduce_on_plateau
 
-# -- transforms: RETURNN's custom rules -------------------------------------------------------
-from .transforms._returnn import normalize as normalize
-from .transforms._returnn import scale_by_grad_variance as scale_by_grad_variance
-from .transforms._returnn import scale_by_sign_agreement as scale_by_sign_agreement
-
 # -- transforms: scaling -----------------------------------------------------------------------
 from .transforms._scaling import ScaleByScheduleState as ScaleByScheduleState
+from .transforms._scaling import normalize as normalize
 from .transforms._scaling import scale as scale
 from .transforms._scaling import scale_by_learning_rate as scale_by_learning_rate
 from .transforms._scaling import scale_by_schedule as scale_by_schedule
@@ -178,8 +159,12 @@ from .transforms._scaling import scale_by_schedule as scale_by_schedule
 from .transforms._sign import ScaleByLionState as ScaleByLionState
 from .transforms._sign import scale_by_lion as scale_by_lion
 from .transforms._sign import scale_by_sign as scale_by_sign
+from .transforms._sign import scale_by_sign_agreement as scale_by_sign_agreement
 
 # -- transforms: trust ratio and parameter scale -----------------------------------------------
+from .transforms._trust_ratio import ScaleByLarsTrustRatioState as ScaleByLarsTrustRatioState
+from .transforms._trust_ratio import scale_by_lamb_trust_ratio as scale_by_lamb_trust_ratio
+from .transforms._trust_ratio import scale_by_lars_trust_ratio as scale_by_lars_trust_ratio
 from .transforms._trust_ratio import scale_by_param_block_norm as scale_by_param_block_norm
 from .transforms._trust_ratio import scale_by_param_block_rms as scale_by_param_block_rms
 from .transforms._trust_ratio import scale_by_trust_ratio as scale_by_trust_ratio
@@ -196,9 +181,11 @@ from .wrappers._finite import apply_if_finite as apply_if_finite
 from .wrappers._finite import zero_nans as zero_nans
 from .wrappers._inject import InjectHyperparamsState as InjectHyperparamsState
 from .wrappers._inject import inject_hyperparams as inject_hyperparams
+from .wrappers._partition import LabelsByPattern as LabelsByPattern
 from .wrappers._partition import MaskedState as MaskedState
 from .wrappers._partition import MultiTransformState as MultiTransformState
 from .wrappers._partition import freeze as freeze
+from .wrappers._partition import labels_by_pattern as labels_by_pattern
 from .wrappers._partition import lr_multipliers as lr_multipliers
 from .wrappers._partition import masked as masked
 from .wrappers._partition import multi_transform as multi_transform
@@ -209,9 +196,62 @@ from .wrappers._project import non_negative as non_negative
 from .wrappers._project import project as project
 
 # -- Solvers III: Optax algorithms (adan, fromage, sm3, rprop, polyak, optimistic, ...) ---------
+# isort: split
+from .optimizers._adan_sm3 import adan as adan
+from .optimizers._adan_sm3 import sm3 as sm3
+from .optimizers._optimistic import optimistic_adam as optimistic_adam
+from .optimizers._optimistic import optimistic_adam_v2 as optimistic_adam_v2
+from .optimizers._optimistic import optimistic_gradient_descent as optimistic_gradient_descent
+from .optimizers._sgd_variants import fromage as fromage
+from .optimizers._sgd_variants import noisy_sgd as noisy_sgd
+from .optimizers._sgd_variants import polyak_sgd as polyak_sgd
+from .optimizers._sgd_variants import rprop as rprop
+from .optimizers._sgd_variants import signum as signum
+from .transforms._adan import ScaleByAdanState as ScaleByAdanState
+from .transforms._adan import scale_by_adan as scale_by_adan
+from .transforms._decayed_weights import add_decayed_weights as add_decayed_weights
+from .transforms._distance import (
+    ScaleByDistanceOverGradientsState as ScaleByDistanceOverGradientsState,
+)
+from .transforms._distance import (
+    scale_by_distance_over_gradients as scale_by_distance_over_gradients,
+)
+from .transforms._normalize import normalize_by_update_norm as normalize_by_update_norm
+from .transforms._optimistic import (
+    ScaleByOptimisticGradientState as ScaleByOptimisticGradientState,
+)
+from .transforms._optimistic import scale_by_optimistic_gradient as scale_by_optimistic_gradient
+from .transforms._polyak import scale_by_polyak as scale_by_polyak
+from .transforms._rprop import ScaleByRpropState as ScaleByRpropState
+from .transforms._rprop import scale_by_rprop as scale_by_rprop
+from .transforms._sm3 import ScaleBySM3State as ScaleBySM3State
+from .transforms._sm3 import scale_by_sm3 as scale_by_sm3
+from .transforms._zero import set_to_zero as set_to_zero
 
 # -- Solvers III: Optax utilities (skip_*, periodic_update, ema, partition, conditionally_*, ...) -
 
 # -- Solvers III: L-BFGS and line searches ----------------------------------------------------
+
+# -- checkpoints: state_dict, save, load, inspect
+# isort: split
+from .checkpoint import CheckpointError as CheckpointError
+from .checkpoint import StateSummary as StateSummary
+from .checkpoint import inspect_state as inspect_state
+from .checkpoint import load as load
+from .checkpoint import load_state_dict as load_state_dict
+from .checkpoint import save as save
+from .checkpoint import state_dict as state_dict
+
+# -- distributed: state shardings, ZeRO-1
+# isort: split
+from .distributed import LeafSharding as LeafSharding
+from .distributed import abstract_state as abstract_state
+from .distributed import bytes_per_device as bytes_per_device
+from .distributed import explain_state_sharding as explain_state_sharding
+from .distributed import hlo_collectives as hlo_collectives
+from .distributed import init_sharded as init_sharded
+from .distributed import load_sharded as load_sharded
+from .distributed import save_sharded as save_sharded
+from .distributed import state_sharding as state_sharding
 
 __version__ = "0.1.0"

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar, overload
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -38,15 +39,37 @@ def _fail(who: str, name: str, requirement: str, value: Any) -> None:
     raise ValueError(f"{who}: {name} must be {requirement}, got {_fmt(value)}")
 
 
+def check_scalar(who: str, name: str, value: Any) -> None:
+    """`value` is a scalar (or a schedule): hyperparameters never broadcast into the params.
+
+    Traced values are checked too (their shape is known); a schedule's result is checked when it
+    is called (`_numerics.value_at`).
+    """
+    if value is None or callable(value):
+        return
+    try:
+        shape = np.shape(value)
+    except Exception:  # not array-like: the range checks report it
+        return
+    if shape != ():
+        raise ValueError(
+            f"{who}: {name} must be a scalar (or a schedule returning one), got an array of "
+            f"shape {shape}; hyperparameters are not broadcast into the parameters (for "
+            "per-parameter values use multi_transform / masked / lr_multipliers)"
+        )
+
+
 def check_positive(who: str, name: str, value: Any) -> None:
-    """`value` > 0 (every element, when it is an array)."""
+    """`value` is a scalar > 0."""
+    check_scalar(who, name, value)
     arr = concrete(value)
     if arr is not None and not np.all(arr > 0):
         _fail(who, name, "> 0", value)
 
 
 def check_non_negative(who: str, name: str, value: Any) -> None:
-    """`value` >= 0."""
+    """`value` is a scalar >= 0."""
+    check_scalar(who, name, value)
     arr = concrete(value)
     if arr is not None and not np.all(arr >= 0):
         _fail(who, name, ">= 0", value)
@@ -62,7 +85,8 @@ def check_in_range(
     low_open: bool = False,
     high_open: bool = False,
 ) -> None:
-    """`low <= value <= high`, with either end optionally excluded."""
+    """`value` is a scalar with `low <= value <= high`, either end optionally excluded."""
+    check_scalar(who, name, value)
     arr = concrete(value)
     if arr is None:
         return
@@ -94,6 +118,35 @@ def check_one_of(who: str, name: str, value: Any, allowed: Iterable[Any]) -> Non
     raise ValueError(f"{who}: {name} must be one of {allowed}, got {value!r}{hint}")
 
 
+def check_float_dtype(who: str, name: str, dtype: Any) -> None:
+    """`dtype` is None (the params' dtype) or a floating-point dtype (a state buffer's dtype).
+
+    An integer buffer would silently truncate the moments to integers (training then stalls or
+    diverges); quantized storage is a separate, explicit feature.
+    """
+    if dtype is None:
+        return
+    try:
+        np.dtype(dtype)
+    except TypeError:
+        raise ValueError(f"{who}: {name} must be a floating-point dtype, got {dtype!r}") from None
+    if not jnp.issubdtype(np.dtype(dtype), jnp.inexact):  # float, bfloat16, float8, complex
+        raise ValueError(
+            f"{who}: {name} must be a floating-point dtype (e.g. jnp.float32 or jnp.bfloat16), "
+            f"got {np.dtype(dtype).name}: an integer buffer would truncate the state"
+        )
+
+
+def expect_state(who: str, state: Any, cls: type) -> None:
+    """`state` is a `cls` (from this transformation's own `init`); the error names both kinds."""
+    if not isinstance(state, cls):
+        raise ValueError(
+            f"{who}: expected a {cls.__name__} (from this transformation's init), got "
+            f"{type(state).__name__}; was the state made by a differently configured "
+            "transformation (e.g. amsgrad=True vs False)?"
+        )
+
+
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     """' (did you mean 'x'?)' for the closest candidate, or ''."""
     close = difflib.get_close_matches(name, list(candidates), n=3)
@@ -108,8 +161,12 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 @overload
 def alias_errors(fn: _F, /) -> _F: ...
 @overload
-def alias_errors(*, renamed: Mapping[str, str] | None = None) -> Callable[[_F], _F]: ...
-def alias_errors(fn: Any = None, /, *, renamed: Mapping[str, str] | None = None) -> Any:
+def alias_errors(
+    *, renamed: Mapping[str, str] | None = None, name: str | None = None
+) -> Callable[[_F], _F]: ...
+def alias_errors(
+    fn: Any = None, /, *, renamed: Mapping[str, str] | None = None, name: str | None = None
+) -> Any:
     """Decorate an optimizer alias so that the errors raised while building it name the alias.
 
     The user called `adam`, not `scale_by_adam`: a `ValueError` or `TypeError` raised inside the
@@ -125,8 +182,9 @@ def alias_errors(fn: Any = None, /, *, renamed: Mapping[str, str] | None = None)
         adamw: weight_decay must be >= 0, got -1 (from weight_decay: rate must be >= 0, got -1)
 
     A message that already starts with the alias's name (its own checks) is left as it is. The
-    signature and docstring are kept (`functools.wraps`). Only construction is covered: errors
-    raised later by `update` name the primitive that raised them.
+    signature and docstring are kept (`functools.wraps`). `name` replaces the function's name in
+    the messages, for aliases in a namespace (`name="nnabla.adam"`). Only construction is
+    covered: errors raised later by `update` name the primitive that raised them.
 
     Usage::
 
@@ -139,7 +197,7 @@ def alias_errors(fn: Any = None, /, *, renamed: Mapping[str, str] | None = None)
     renames = dict(renamed or {})
 
     def decorate(alias: _F) -> _F:
-        who = alias.__name__
+        who = name or alias.__name__
 
         @functools.wraps(alias)
         def wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -8,6 +8,7 @@ from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
+from jax.tree_util import keystr
 
 from ._masking import resolve_mask
 from ._typing import OptState, Params, Updates
@@ -87,23 +88,20 @@ def forward_extra_args(update_fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def identity() -> GradientTransformation:
     """Leave the updates unchanged (state: `EmptyState`)."""
-
-    def init(params):
-        del params
-        return EmptyState()
-
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        return updates, state
-
-    return GradientTransformation(init, update)
+    return stateless(lambda updates, params: updates)
 
 
-def stateless(fn: Callable[[Updates, Params | None], Updates]) -> GradientTransformation:
+def stateless(
+    fn: Callable[[Updates, Params | None], Updates],
+    *,
+    validate: Callable[[Params], Any] | None = None,
+) -> GradientTransformation:
     """A transformation from a pure function `fn(updates, params) -> updates` (no state).
 
     Args:
       fn: a pure function of the updates and the params (which may be None).
+      validate: called with the params at `init`, to report errors (e.g. a mask pattern that
+        matches nothing) before the first traced `update`; its result is ignored.
 
     Returns:
       A `GradientTransformation` with state `EmptyState`.
@@ -114,7 +112,8 @@ def stateless(fn: Callable[[Updates, Params | None], Updates]) -> GradientTransf
         raise TypeError(f"stateless: fn must be callable, got {type(fn).__name__}")
 
     def init(params):
-        del params
+        if validate is not None:
+            validate(params)
         return EmptyState()
 
     def update(updates, state, params=None, **extra_args):
@@ -205,10 +204,16 @@ def named_chain(*transformations: tuple[str, GradientTransformation]) -> Gradien
     return GradientTransformation(init, update)
 
 
-def _apply_leaf(p, u):
+def _apply_leaf(path, p, u):
     if p is None:
         return None
     p = jnp.asarray(p)
+    if jnp.shape(u) != p.shape:
+        raise ValueError(
+            f"apply_updates: the update at {keystr(path)} has shape {jnp.shape(u)} but its "
+            f"parameter has shape {p.shape}; an update must have its parameter's shape (a "
+            "hyperparameter given as an array, e.g. adam(jnp.array([...])), broadcasts like this)"
+        )
     return (p + u).astype(p.dtype)
 
 
@@ -226,7 +231,9 @@ def apply_updates(params: Params, updates: Updates) -> Params:
       The new parameters; a `ValueError` names the first differing path if the trees differ.
     """
     assert_same_structure("apply_updates", params=params, updates=updates)
-    return jax.tree.map(_apply_leaf, params, updates, is_leaf=lambda x: x is None)
+    return jax.tree_util.tree_map_with_path(
+        _apply_leaf, params, updates, is_leaf=lambda x: x is None
+    )
 
 
 def stateless_with_params(
@@ -236,26 +243,20 @@ def stateless_with_params(
 
     It needs `params` (a `ValueError` naming `who` otherwise) and checks that the updates and
     params trees match. With a `mask` (bool tree, callable or glob patterns, see
-    `_masking.resolve_mask`), unselected leaves pass through unchanged.
+    `_masking.resolve_mask`), unselected leaves pass through unchanged; mask errors (a pattern
+    that matches nothing, a tree that does not fit the params) are raised by `init`.
     """
 
-    def init(params):
-        del params
-        return EmptyState()
-
-    def update(updates, state, params=None, **extra_args):
-        del extra_args
+    def fn(updates, params):
         params = require_params(who, params)
         assert_same_structure(who, updates=updates, params=params)
         if mask is None:
-            return jax.tree.map(leaf_fn, updates, params), state
+            return jax.tree.map(leaf_fn, updates, params)
         selected = resolve_mask(who, mask, params)
-        updates = jax.tree.map(
-            lambda g, p, on: leaf_fn(g, p) if on else g, updates, params, selected
-        )
-        return updates, state
+        return jax.tree.map(lambda g, p, on: leaf_fn(g, p) if on else g, updates, params, selected)
 
-    return GradientTransformation(init, update)
+    validate = None if mask is None else (lambda params: resolve_mask(who, mask, params))
+    return stateless(fn, validate=validate)
 
 
 def require_params(who: str, params: Params | None) -> Params:
@@ -266,3 +267,28 @@ def require_params(who: str, params: Params | None) -> Params:
             "with params (got params=None)"
         )
     return params
+
+
+def monitored_value(who: str, extra_args: dict[str, Any]) -> jax.Array:
+    """The `value=` extra argument of `update` (the loss, or another monitored scalar) as a
+    float32 scalar; a `ValueError` that says how to pass it when it is missing or not a scalar.
+
+    The one reader of the loss for the transformations that use it (Eve, reduce_on_plateau,
+    newbob, ...).
+    """
+    value = extra_args.get("value")
+    if value is None:
+        raise ValueError(
+            f"{who} needs the monitored value (e.g. the loss): call "
+            "update(grads, state, params, value=loss), e.g. after "
+            "`loss, grads = jax.value_and_grad(loss_fn)(params)`; chain and the other gradtx "
+            "combinators forward it (inside optax.chain, wrap this transformation with "
+            "gradtx.as_optax); got no value"
+        )
+    value = jnp.asarray(value)
+    if value.shape != ():
+        raise ValueError(
+            f"{who}: value must be a scalar, got an array of shape {value.shape} "
+            "(reduce it, e.g. with .mean(), first)"
+        )
+    return value.astype(jnp.float32)

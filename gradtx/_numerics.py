@@ -73,10 +73,10 @@ def bias_correction(decay: ArrayLike, count: ArrayLike) -> jax.Array:
     return 1.0 - decay ** jnp.asarray(count, jnp.float32)
 
 
-def debias(moment: jax.Array, decay: ArrayLike, count: ArrayLike) -> jax.Array:
-    """Divide an exponential moving average by its bias correction; the result keeps its dtype."""
-    corr = bias_correction(decay, count)
-    return (moment / corr.astype(wide_float(moment.dtype))).astype(moment.dtype)
+def safe_divide(numerator: jax.Array, denominator: jax.Array) -> jax.Array:
+    """`numerator / denominator`, and 0 where the denominator is 0 (0/0 -> 0, no NaN)."""
+    nonzero = denominator != 0
+    return jnp.where(nonzero, numerator / jnp.where(nonzero, denominator, 1.0), 0.0)
 
 
 def _norm_sq(x: jax.Array, axis=None, keepdims: bool = False) -> jax.Array:
@@ -115,5 +115,10 @@ def value_at(hyperparameter, count: ArrayLike):
     a constant is returned unchanged (a Python float stays weakly typed, so it does not promote
     bf16 updates)."""
     if callable(hyperparameter):
-        return jnp.asarray(hyperparameter(count), jnp.float32)
+        value = jnp.asarray(hyperparameter(count), jnp.float32)
+        if value.ndim != 0:
+            raise ValueError(
+                f"a schedule must return a scalar, got shape {value.shape} from {hyperparameter!r}"
+            )
+        return value
     return hyperparameter

@@ -1,25 +1,37 @@
-"""Pytree helpers: arithmetic on whole trees, global norms, state access by name, path globs.
+"""Pytree helpers: arithmetic on whole trees, global norms, key paths, state access by name, and
+the glob patterns that select parameters.
 
 Every function here treats `None` leaves as absent (they pass through unchanged), accepts
 `jax.ShapeDtypeStruct` leaves where only shapes and dtypes are needed (`zeros_like`, `size`), and
 names tree positions with '/'-joined key paths (`"encoder/layers/0/kernel"`): dict keys, NamedTuple
 and dataclass field names, and sequence indices, joined by '/'.
+
+This module holds the arithmetic; paths, structure checks and get/set by name live in
+`gradtx/_tree_paths.py`, the pattern language and prefix broadcasting in `gradtx/_masking.py`
+(docs/patterns.md), and are re-exported here.
 """
 
 from __future__ import annotations
 
-import builtins
 import functools
-import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax import tree_util as jtu
 
-from ._checks import did_you_mean
+from ._masking import broadcast_prefix as broadcast_prefix
+from ._masking import glob_matches as glob_matches
+from ._masking import match as match
 from ._numerics import wide_float
+from ._tree_paths import assert_same_structure as assert_same_structure
+from ._tree_paths import get as get
+from ._tree_paths import get_all_with_path as get_all_with_path
+from ._tree_paths import map_with_path as map_with_path
+from ._tree_paths import path_str as path_str
+from ._tree_paths import paths as paths
+from ._tree_paths import set as set
 from ._typing import ArrayLike, PyTree
 
 __all__ = [
@@ -32,6 +44,7 @@ __all__ = [
     "full_like",
     "get",
     "get_all_with_path",
+    "glob_matches",
     "map_split",
     "map_with_path",
     "match",
@@ -224,42 +237,6 @@ def size(tree: PyTree) -> int:
     return total
 
 
-# --------------------------------------------------------------------------------------------
-# Paths
-# --------------------------------------------------------------------------------------------
-
-
-def _key_name(key: Any) -> str:
-    if isinstance(key, jtu.DictKey):
-        return str(key.key)
-    if isinstance(key, jtu.GetAttrKey):
-        return key.name
-    if isinstance(key, jtu.SequenceKey):
-        return str(key.idx)
-    if isinstance(key, jtu.FlattenedIndexKey):
-        return str(key.key)
-    return str(key)
-
-
-def path_str(key_path: Sequence[Any]) -> str:
-    """A JAX key path as a '/'-joined string: `(DictKey('a'), SequenceKey(0))` -> `"a/0"`."""
-    return "/".join(_key_name(k) for k in key_path)
-
-
-def paths(tree: PyTree) -> list[str]:
-    """The '/'-joined key path of every (non-None) leaf, in flattening order."""
-    return [path_str(p) for p, _ in jtu.tree_flatten_with_path(tree)[0]]
-
-
-def map_with_path(
-    f: Callable[..., Any], tree: PyTree, *rest: PyTree, is_leaf: Callable[[Any], bool] | None = None
-) -> PyTree:
-    """`jax.tree.map` where `f(path, leaf, *rest_leaves)` also gets the '/'-joined leaf path."""
-    return jtu.tree_map_with_path(
-        lambda kp, x, *r: f(path_str(kp), x, *r), tree, *rest, is_leaf=is_leaf
-    )
-
-
 def map_split(f: Callable[..., tuple], n: int, tree: PyTree, *rest: PyTree) -> tuple:
     """`jax.tree.map` for an `f` that returns an `n`-tuple per leaf: returns `n` trees.
 
@@ -267,373 +244,3 @@ def map_split(f: Callable[..., tuple], n: int, tree: PyTree, *rest: PyTree) -> t
     """
     out = jax.tree.map(f, tree, *rest)
     return tuple(jax.tree.map(lambda _, o, i=i: o[i], tree, out) for i in range(n))
-
-
-def _is_tree_leaf(node: Any) -> bool:
-    return node is None or jtu.treedef_is_leaf(jax.tree.structure(node))
-
-
-def _children(node: Any) -> list[tuple[Any, Any]]:
-    """The (key, child) pairs one level below `node` (None children included)."""
-    if _is_tree_leaf(node):
-        return []
-    flat, _ = jtu.tree_flatten_with_path(node, is_leaf=lambda y: y is not node)
-    return [(kp[0], child) for kp, child in flat]
-
-
-def _walk(node: Any, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
-    """Pre-order (key path, node) for every node below the root (subtrees and leaves)."""
-    for key, child in _children(node):
-        p = (*path, key)
-        yield p, child
-        yield from _walk(child, p)
-
-
-# --------------------------------------------------------------------------------------------
-# Structure checks with errors that name the first difference
-# --------------------------------------------------------------------------------------------
-
-
-def _kind(x: Any) -> str:
-    if x is None:
-        return "None"
-    if _is_tree_leaf(x):
-        if hasattr(x, "shape") and hasattr(x, "dtype"):
-            return f"a leaf {jnp.dtype(x.dtype).name}{list(x.shape)}"
-        return f"a leaf of type {type(x).__name__}"
-    keys = [_key_name(k) for k, _ in _children(x)]
-    if isinstance(x, dict):
-        return f"a dict with keys {keys}"
-    if isinstance(x, tuple) and hasattr(x, "_fields"):
-        return f"a {type(x).__name__} with fields {keys}"
-    if isinstance(x, list | tuple):
-        return f"a {type(x).__name__} of length {len(x)}"
-    return f"a {type(x).__name__} with children {keys}"
-
-
-def _first_difference(a: Any, b: Any, path: tuple = ()) -> tuple[tuple, Any, Any] | None:
-    a_leaf, b_leaf = _is_tree_leaf(a), _is_tree_leaf(b)
-    if a_leaf and b_leaf:
-        return None if (a is None) == (b is None) else (path, a, b)
-    if a_leaf != b_leaf or type(a) is not type(b):
-        return path, a, b
-    ca, cb = _children(a), _children(b)
-    if [k for k, _ in ca] != [k for k, _ in cb] or (
-        jax.tree.structure(a, is_leaf=lambda y: y is not a)
-        != jax.tree.structure(b, is_leaf=lambda y: y is not b)
-    ):
-        return path, a, b
-    for (key, xa), (_, xb) in zip(ca, cb, strict=True):
-        found = _first_difference(xa, xb, (*path, key))
-        if found is not None:
-            return found
-    return None
-
-
-def assert_same_structure(who: str, **trees: PyTree) -> None:
-    """Raise a `ValueError` unless all `trees` have the same structure.
-
-    The error names `who` (the transformation), the first differing key path and what each tree
-    has there, e.g. ``trace: updates and state.trace differ at 'dense/bias': updates has None,
-    state.trace has a leaf float32[4]``. The check costs one treedef comparison when the trees
-    match, and runs at trace time only under `jax.jit`.
-    """
-    items = list(trees.items())
-    if len(items) < 2:
-        return
-    name0, tree0 = items[0]
-    def0 = jax.tree.structure(tree0)
-    for name, other in items[1:]:
-        if jax.tree.structure(other) == def0:
-            continue
-        diff = _first_difference(tree0, other)
-        if diff is None:  # same nesting, different leaf kinds the walk does not distinguish
-            raise ValueError(
-                f"{who}: {name0} and {name} have different tree structures: "
-                f"{def0} vs {jax.tree.structure(other)}"
-            )
-        path, xa, xb = diff
-        where_ = f"'{path_str(path)}'" if path else "the root"
-        detail = ""
-        if not (_is_tree_leaf(xa) or _is_tree_leaf(xb)):
-            ka = [_key_name(k) for k, _ in _children(xa)]
-            kb = [_key_name(k) for k, _ in _children(xb)]
-            only_a, only_b = [k for k in ka if k not in kb], [k for k in kb if k not in ka]
-            if only_a or only_b:
-                detail = f" (only in {name0}: {only_a}; only in {name}: {only_b})"
-        raise ValueError(
-            f"{who}: {name0} and {name} differ at {where_}: {name0} has {_kind(xa)}, "
-            f"{name} has {_kind(xb)}{detail}. They must have the same tree structure (same keys, "
-            "same nesting, None in the same places)."
-        )
-
-
-def broadcast_prefix(
-    prefix: Any, tree: PyTree, *, who: str = "broadcast_prefix", what: str = "prefix"
-) -> PyTree:
-    """A tree shaped like `tree` holding, at each leaf, the value of `prefix` above it.
-
-    `prefix` has `tree`'s structure or is a prefix of it: each of its leaves stands for the whole
-    subtree of `tree` below it (e.g. `{"encoder": False, "head": True}` for a mask, or
-    `{"encoder": "adam", "head": "sgd"}` for labels). None leaves of `tree` stay None.
-
-    Raises:
-      ValueError: naming `who`, `what` (the prefix's role, e.g. "mask") and the first path where
-        `prefix` is not a prefix of `tree`, with what each has there, e.g. ``multi_transform:
-        labels must have the params' tree structure or be a prefix of it; they differ at 'head':
-        labels has a dict with keys ['w'], params have a dict with keys ['b', 'w']``.
-
-    Example:
-      >>> import gradtx
-      >>> gradtx.tree.broadcast_prefix({"a": 1, "b": 2}, {"a": {"x": 0.0, "y": 0.0}, "b": 0.0})
-      {'a': {'x': 1, 'y': 1}, 'b': 2}
-    """
-    try:
-        return jax.tree.map(
-            lambda v, sub: jax.tree.map(lambda _: v, sub),
-            prefix,
-            tree,
-            is_leaf=lambda x: x is None,
-        )
-    except ValueError:
-        found = _prefix_difference(prefix, tree, ())
-        where_ = f"'{path_str(found[0])}'" if found and found[0] else "the root"
-        detail = f": {what} has {_kind(found[1])}, params have {_kind(found[2])}" if found else ""
-        raise ValueError(
-            f"{who}: {what} must have the params' tree structure or be a prefix of it; they "
-            f"differ at {where_}{detail}"
-        ) from None
-
-
-def _prefix_difference(prefix: Any, tree: Any, path: tuple) -> tuple[tuple, Any, Any] | None:
-    """The first place where `prefix` is not a prefix of `tree`: (path, prefix's node, tree's)."""
-    if _is_tree_leaf(prefix):
-        return None
-    kids_p, kids_t = _children(prefix), _children(tree)
-    same_kind = type(prefix) is type(tree) or (
-        isinstance(prefix, Mapping) and isinstance(tree, Mapping)
-    )
-    if not same_kind or [k for k, _ in kids_p] != [k for k, _ in kids_t]:
-        return path, prefix, tree
-    for (key, a), (_, b) in zip(kids_p, kids_t, strict=True):
-        found = _prefix_difference(a, b, (*path, key))
-        if found is not None:
-            return found
-    return None
-
-
-# --------------------------------------------------------------------------------------------
-# Reading and replacing state fields by name
-# --------------------------------------------------------------------------------------------
-
-_MISSING = object()
-# Field names of NamedTuples/dataclasses are preferred over dict keys, and both over sequence
-# indices, so `get(state, "mu")` finds the Adam moment even when a parameter is called "mu".
-_TIERS = (jtu.GetAttrKey, jtu.DictKey, jtu.SequenceKey, jtu.FlattenedIndexKey)
-
-
-def _tier(key: Any) -> int:
-    for i, kind in enumerate(_TIERS):
-        if isinstance(key, kind):
-            return i
-    return len(_TIERS)
-
-
-def _find(tree: PyTree, name: str) -> list[tuple[tuple, Any]]:
-    """Nodes whose path ends with `name` ('/'-separated), best tier only, outermost only."""
-    want = name.split("/")
-    found = []
-    for path, node in _walk(tree):
-        if len(path) >= len(want) and [_key_name(k) for k in path[-len(want) :]] == want:
-            found.append((path, node))
-    if not found:
-        return []
-    best = min(_tier(p[-1]) for p, _ in found)
-    found = [(p, n) for p, n in found if _tier(p[-1]) == best]
-    outer = []
-    for p, n in found:
-        if not any(len(q) < len(p) and p[: len(q)] == q for q, _ in found):
-            outer.append((p, n))
-    return outer
-
-
-def _available_names(tree: PyTree) -> list[str]:
-    names: list[str] = []
-    for path, _ in _walk(tree):
-        if _tier(path[-1]) < 2 and _key_name(path[-1]) not in names:
-            names.append(_key_name(path[-1]))
-    return names
-
-
-def get_all_with_path(tree: PyTree, name: str) -> list[tuple[str, Any]]:
-    """Every `(path, value)` whose key path ends with `name`; `[]` when there is none.
-
-    `name` is a field or key name (`"mu"`, `"count"`, `"learning_rate"`) or a '/'-joined path
-    suffix (`"0/count"`). NamedTuple/dataclass fields are preferred over dict keys, and matches
-    nested inside another match are not reported.
-    """
-    return [(path_str(p), n) for p, n in _find(tree, name)]
-
-
-def get(tree: PyTree, name: str, default: Any = _MISSING) -> Any:
-    """The value of the field or key called `name` anywhere in `tree` (e.g. an optimizer state).
-
-    Raises:
-      KeyError: `name` is not present (and no `default` was given); lists the names there are.
-      ValueError: `name` is present more than once; lists the paths, any of which (or a long
-        enough suffix of one) can be passed instead.
-    """
-    found = _find(tree, name)
-    if not found:
-        if default is not _MISSING:
-            return default
-        names = _available_names(tree)
-        raise KeyError(
-            f"get: no field or key {name!r} in the tree{did_you_mean(name, names)}; "
-            f"names present: {names}"
-        )
-    if len(found) > 1:
-        raise ValueError(
-            f"get: {name!r} is ambiguous, it occurs at {[path_str(p) for p, _ in found]}; "
-            "pass one of these paths (or a unique suffix of one) instead"
-        )
-    return found[0][1]
-
-
-def _replacement(old: Any, new: Any, where_: str) -> Any:
-    if old is not None and _is_tree_leaf(old) and hasattr(old, "dtype"):
-        value = jnp.asarray(new, dtype=old.dtype)
-        if value.shape != jnp.shape(old):
-            raise ValueError(
-                f"set: the value for {where_!r} has shape {value.shape}, expected {jnp.shape(old)}"
-            )
-        return value
-    assert_same_structure("set", **{f"current {where_}": old, f"new {where_}": new})
-    return new
-
-
-def set(tree: PyTree, values: Mapping[str, Any] | None = None, /, **kwargs: Any) -> PyTree:
-    """A copy of `tree` with the fields or keys called `name` replaced, for each `name=value`.
-
-    Every match of a name is replaced (e.g. `set(state, count=0)` resets every counter in a chain);
-    pass a path suffix in `values` (`set(state, {"0/count": 0})`) to pick one. An array leaf keeps
-    its dtype and shape (a float replacing a float32 learning rate stays float32, so a jitted step
-    does not retrace); a replaced subtree must keep its structure.
-
-    Raises:
-      KeyError: a name is not present; lists the names there are.
-    """
-    updates = {**(values or {}), **kwargs}
-    targets: dict[tuple, Any] = {}
-    for name, value in updates.items():
-        found = _find(tree, name)
-        if not found:
-            names = _available_names(tree)
-            raise KeyError(
-                f"set: no field or key {name!r} in the tree{did_you_mean(name, names)}; "
-                f"names present: {names}"
-            )
-        for path, old in found:
-            targets[path] = _replacement(old, value, path_str(path))
-
-    def rebuild(node: Any, path: tuple) -> Any:
-        if path in targets:
-            return targets[path]
-        if _is_tree_leaf(node):
-            return node
-        flat, treedef = jax.tree.flatten(node, is_leaf=lambda y: y is not node)
-        keys = [key for key, _ in _children(node)]
-        return treedef.unflatten(
-            [rebuild(child, (*path, key)) for key, child in zip(keys, flat, strict=True)]
-        )
-
-    return rebuild(tree, ())
-
-
-# --------------------------------------------------------------------------------------------
-# Glob patterns on paths
-# --------------------------------------------------------------------------------------------
-
-
-def _component_regex(part: str) -> str:
-    out, i = [], 0
-    while i < len(part):
-        c = part[i]
-        if c == "*":
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "[":
-            j = part.find("]", i + 2)
-            if j == -1:
-                out.append(re.escape(c))
-            else:
-                body = part[i + 1 : j]
-                if body.startswith("!"):
-                    body = "^" + body[1:]
-                out.append("[" + body.replace("\\", "\\\\") + "]")
-                i = j
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return "".join(out)
-
-
-@functools.lru_cache(maxsize=1024)
-def _glob_regex(pattern: str) -> re.Pattern:
-    parts = pattern.strip("/").split("/")
-    rx = ""
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        if part == "**":
-            if last:
-                rx = rx[:-1] + "(?:/.*)?" if rx else ".*"
-            else:
-                rx += "(?:[^/]+/)*"
-        else:
-            rx += _component_regex(part) + ("" if last else "/")
-    return re.compile(rx)
-
-
-def glob_matches(pattern: str, path: str) -> bool:
-    """Whether the '/'-joined `path` matches the glob `pattern` (no '!' handling)."""
-    return _glob_regex(pattern).fullmatch(path) is not None
-
-
-def match(pattern: str | Sequence[str], tree: PyTree, *, strict: bool = False) -> PyTree:
-    """A boolean tree: True where a leaf's '/'-joined key path matches the glob `pattern`.
-
-    Patterns match the whole path. `*` matches within one path component, `**` any number of
-    components (including none), `?` one character and `[abc]` a character class; a leading `!`
-    negates. A list of patterns selects the leaves matched by any positive pattern and by no
-    negated one (with only negated patterns, everything else is selected).
-
-    Examples: `"encoder/*/kernel"`, `"**/bias"` (any bias at any depth), `"!**/bias"` (all but
-    biases), `["**", "!embed/**"]`.
-
-    Args:
-      pattern: a glob or a list of globs.
-      tree: the tree whose leaves are matched (e.g. params).
-      strict: raise a `ValueError` listing the available paths when a positive pattern matches
-        no leaf (catches typos in parameter names).
-    """
-    patterns = [pattern] if isinstance(pattern, str) else list(pattern)
-    if not patterns or not builtins.all(isinstance(p, str) for p in patterns):
-        raise ValueError(f"match: pattern must be a glob string or a list of them, got {pattern!r}")
-    positive = [p for p in patterns if not p.startswith("!")]
-    negative = [p[1:] for p in patterns if p.startswith("!")]
-    all_paths = paths(tree)
-    if strict:
-        for p in positive:
-            if not builtins.any(glob_matches(p, q) for q in all_paths):
-                shown = all_paths[:40] + (["..."] if len(all_paths) > 40 else [])
-                raise ValueError(
-                    f"match: pattern {p!r} matches no parameter{did_you_mean(p, all_paths)}; "
-                    f"available paths: {shown}"
-                )
-
-    def selected(path: str) -> bool:
-        hit = builtins.any(glob_matches(p, path) for p in positive) if positive else True
-        return hit and not builtins.any(glob_matches(p, path) for p in negative)
-
-    return map_with_path(lambda path, _: selected(path), tree)

@@ -19,8 +19,16 @@ def _make_api():
     return module
 
 
+NAMESPACES = ("nnabla", "returnn", "contrib")
+
+
 def _public():
-    return {n: getattr(gradtx, n) for n in dir(gradtx) if not n.startswith("_")}
+    names = {n: getattr(gradtx, n) for n in dir(gradtx) if not n.startswith("_")}
+    for ns in NAMESPACES:  # the namespaces' names are public too
+        module = getattr(gradtx, ns)
+        listed = getattr(module, "__all__", None) or [n for n in dir(module) if n[0] != "_"]
+        names.update({f"{ns}.{n}": getattr(module, n) for n in listed})
+    return names
 
 
 def test_every_public_name_has_a_docstring():

@@ -10,7 +10,13 @@ from .._checks import alias_errors, check_in_range, check_int, check_non_negativ
 from .._core import GradientTransformation, chain, identity
 from .._masking import MaskOrFn
 from .._typing import ArrayLike, ScalarOrSchedule
-from ..transforms._adaptive import scale_by_adadelta, scale_by_rms, scale_by_rss
+from ..transforms._adaptive import (
+    scale_by_adadelta,
+    scale_by_grad_variance,
+    scale_by_rms,
+    scale_by_rss,
+    scale_by_stddev,
+)
 from ..transforms._clipping import clip_by_block_rms
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._factored import scale_by_factored_rms
@@ -310,4 +316,99 @@ def adafactor(
     )
 
 
-__all__ = ["adadelta", "adafactor", "adagrad", "rmsprop"]
+@alias_errors(renamed={"trace: decay": "momentum"})
+def rmsprop_graves(
+    learning_rate: ScalarOrSchedule = 1e-4,
+    decay: ArrayLike = 0.95,
+    momentum: ScalarOrSchedule = 0.9,
+    eps: ArrayLike = 1e-4,
+) -> GradientTransformation:
+    r"""Graves' RMSprop: centred second moment, the learning rate inside the momentum.
+
+    .. math::
+
+      n_t = \rho n_{t-1} + (1-\rho) g_t^2, \qquad \bar g_t = \rho \bar g_{t-1} + (1-\rho) g_t,
+      \\
+      d_t = \mu d_{t-1} - \eta_t \frac{g_t}{\sqrt{n_t - \bar g_t^2 + \epsilon}}, \qquad
+      w_t = w_{t-1} + d_t
+
+    `chain(scale_by_stddev(decay, eps), scale_by_learning_rate(learning_rate), trace(momentum))`
+    (also `rmsprop(lr, decay, eps, centered=True, momentum=momentum)`). nnabla's
+    `RMSpropGraves(lr=1e-4, decay=0.95, momentum=0.9, eps=1e-4)`.
+
+    Args:
+      learning_rate: :math:`\eta_t` >= 0, a float or a schedule.
+      decay: :math:`\rho` in [0, 1).
+      momentum: :math:`\mu` in [0, 1], a float or a schedule.
+      eps: :math:`\epsilon` >= 0, inside the square root.
+
+    Returns:
+      A `GradientTransformation`.
+
+    Example:
+      >>> import jax.numpy as jnp, numpy as np, gradtx
+      >>> tx = gradtx.rmsprop_graves(0.01)
+      >>> state = tx.init({"w": jnp.zeros(2)})
+      >>> updates, state = tx.update({"w": jnp.array([1.0, -1.0])}, state)
+      >>> print(np.asarray(updates["w"]).round(4))
+      [-0.0458  0.0458]
+
+    Reference: Graves, "Generating Sequences With Recurrent Neural Networks" (2013), eq. 38-40;
+    nnabla `RMSpropGraves`.
+    """
+    return chain(
+        scale_by_stddev(decay, eps),
+        scale_by_learning_rate(learning_rate),
+        trace(momentum),
+    )
+
+
+@alias_errors
+def grad_variance_scaled(
+    learning_rate: ScalarOrSchedule,
+    beta1: ArrayLike = 0.9,
+    beta2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    *,
+    mu_dtype: Any = None,
+    nu_dtype: Any = None,
+) -> GradientTransformation:
+    r"""SGD with steps shrunk where the gradient deviates unusually from its mean.
+
+    .. math::
+
+      m_t = \beta_1 m_{t-1} + (1-\beta_1) g_t, \quad \sigma_t^2 = (g_t - m_t)^2, \quad
+      v_t = \beta_2 v_{t-1} + (1-\beta_2) \sigma_t^2, \quad
+      w_t = w_{t-1} - \eta_t\, g_t \min\!\left(\frac{v_t}{\sigma_t^2 + \epsilon}, 1\right)
+
+    `chain(scale_by_grad_variance(beta1, beta2, eps), scale_by_learning_rate(learning_rate))`.
+    RETURNN's `GradVarianceScaledOptimizer(beta1=0.9, beta2=0.999, epsilon=1e-8)`.
+
+    Args:
+      learning_rate: :math:`\eta_t` >= 0, a float or a schedule.
+      beta1: :math:`\beta_1` in [0, 1).
+      beta2: :math:`\beta_2` in [0, 1).
+      eps: :math:`\epsilon` >= 0.
+      mu_dtype: dtype of :math:`m` (default: the params' dtype).
+      nu_dtype: dtype of :math:`v` (default: the params' dtype).
+
+    Returns:
+      A `GradientTransformation`.
+
+    Example:
+      >>> import jax.numpy as jnp, numpy as np, gradtx
+      >>> tx = gradtx.grad_variance_scaled(1.0, beta2=0.5)
+      >>> state = tx.init({"w": jnp.zeros(1)})
+      >>> updates, state = tx.update({"w": jnp.array([2.0])}, state)
+      >>> print(np.asarray(updates["w"]).round(4))  # min(0.5 sigma^2 / sigma^2, 1) = 0.5
+      [-1.]
+
+    Reference: RETURNN `GradVarianceScaledOptimizer` (`returnn/tf/updater.py`).
+    """
+    return chain(
+        scale_by_grad_variance(beta1, beta2, eps, mu_dtype=mu_dtype, nu_dtype=nu_dtype),
+        scale_by_learning_rate(learning_rate),
+    )
+
+
+__all__ = ["adadelta", "adafactor", "adagrad", "grad_variance_scaled", "rmsprop", "rmsprop_graves"]

@@ -35,7 +35,7 @@ def lamb(
     bias-corrected moments. `chain(scale_by_adam(b1, b2, eps, eps_root), weight_decay(weight_decay,
     mask), scale_by_trust_ratio(), scale_by_learning_rate(learning_rate))`. Matches
     `optax.lamb`. nnabla's `Lamb` differs by default: no bias correction, and :math:`\|w\|`
-    clipped to `[gamma_l, gamma_u] = [0, 10]`: that is `lamb_nnabla`.
+    clipped to `[gamma_l, gamma_u] = [0, 10]`: that is `nnabla.lamb`.
 
     Args:
       learning_rate: :math:`\eta` >= 0, a float or a schedule.
@@ -103,7 +103,7 @@ def lars(
     patterns; the paper excludes biases and normalisation scales, e.g.
     `weight_decay_mask="!**/bias", trust_ratio_mask="!**/bias"`). nnabla's `Lars` differs: it
     divides by :math:`\|g\| + \lambda\|w\|` and keeps the learning rate inside the momentum
-    (`lars_nnabla`).
+    (`nnabla.lars`).
 
     Args:
       learning_rate: :math:`\eta` >= 0, a float or a schedule.

@@ -10,7 +10,7 @@ from .._masking import MaskOrFn
 from .._typing import ArrayLike, ScalarOrSchedule
 from ..transforms import _decay
 from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._sign import scale_by_lion, scale_by_sign
+from ..transforms._sign import scale_by_lion, scale_by_sign, scale_by_sign_agreement
 
 
 @alias_errors
@@ -94,4 +94,50 @@ def lion(
     )
 
 
-__all__ = ["lion", "sign_sgd"]
+@alias_errors
+def neural_optimizer1(
+    learning_rate: ScalarOrSchedule,
+    beta1: ArrayLike = 0.9,
+    decrease_factor: ArrayLike = 0.1,
+    *,
+    mu_dtype: Any = None,
+) -> GradientTransformation:
+    r"""SGD that shrinks the steps whose sign disagrees with the running mean (`NeuralOptimizer1`).
+
+    .. math::
+
+      m_t = \beta_1 m_{t-1} + (1-\beta_1) g_t, \qquad
+      w_t = w_{t-1} - \eta_t\, g_t \cdot \begin{cases} 1 & \mathrm{sign}(g_t) = \mathrm{sign}(m_t)
+        \\ \delta & \text{otherwise} \end{cases}
+
+    `chain(scale_by_sign_agreement(beta1, decrease_factor), scale_by_learning_rate(lr))`.
+    RETURNN's `NeuralOptimizer1(beta1=0.9, decrease_factor=0.1)`.
+
+    Args:
+      learning_rate: :math:`\eta_t` >= 0, a float or a schedule.
+      beta1: :math:`\beta_1` in [0, 1).
+      decrease_factor: :math:`\delta` >= 0.
+      mu_dtype: dtype of the running mean (default: the params' dtype).
+
+    Returns:
+      A `GradientTransformation`.
+
+    Example:
+      >>> import jax.numpy as jnp, gradtx
+      >>> tx = gradtx.neural_optimizer1(1.0)
+      >>> state = tx.init({"w": jnp.zeros(2)})
+      >>> _, state = tx.update({"w": jnp.array([1.0, 1.0])}, state)
+      >>> updates, state = tx.update({"w": jnp.array([0.5, -0.5])}, state)
+      >>> updates["w"]  # the second entry turned against its mean: a tenth of the step
+      Array([-0.5 ,  0.05], dtype=float32)
+
+    Reference: RETURNN `NeuralOptimizer1`; Bello et al., "Neural Optimizer Search with
+    Reinforcement Learning" (ICML 2017).
+    """
+    return chain(
+        scale_by_sign_agreement(beta1, decrease_factor, mu_dtype=mu_dtype),
+        scale_by_learning_rate(learning_rate),
+    )
+
+
+__all__ = ["lion", "neural_optimizer1", "sign_sgd"]

@@ -1,4 +1,4 @@
-"""Schedules: jit-compatible functions `step -> float32 value`, and plateau-driven scaling.
+"""Schedules: jit-compatible functions `step -> float32 value`.
 
 A schedule takes a step (a Python int of any size, or an int / float / traced array of steps)
 and returns float32 of the same shape. Steps are saturated to int32 (a step past 2**31 - 1
@@ -16,14 +16,11 @@ value for an invalid argument (e.g. `transition_steps <= 0`), gradtx raises a `V
 construction naming the argument. The nnabla-compatible constructors (`nnabla_*`, `lr_decay`)
 keep nnabla's argument names (`init_lr`, `max_iter`, ...).
 
-`reduce_on_plateau` and `newbob` are transformations (they need the loss as `value=`), listed
-here for discoverability; `plot` draws schedules with matplotlib (`pip install 'gradtx[plot]'`).
+Schedules are stateless; the plateau-driven scalings `gradtx.reduce_on_plateau` and
+`gradtx.newbob` are transformations (they need the loss as `value=`) and live with them. `plot`
+draws schedules with matplotlib (`pip install 'gradtx[plot]'`).
 """
 
-from ..transforms._newbob import NewbobState as NewbobState
-from ..transforms._newbob import newbob as newbob
-from ..transforms._plateau import ReduceOnPlateauState as ReduceOnPlateauState
-from ..transforms._plateau import reduce_on_plateau as reduce_on_plateau
 from ._basic import constant as constant
 from ._basic import exponential_decay as exponential_decay
 from ._basic import inverse_sqrt as inverse_sqrt
@@ -68,8 +65,6 @@ warmup_exponential_decay_schedule = warmup_exponential_decay
 
 __all__ = [
     "NamedSchedule",
-    "NewbobState",
-    "ReduceOnPlateauState",
     "constant",
     "constant_schedule",
     "cosine_decay",
@@ -85,7 +80,6 @@ __all__ = [
     "linear_schedule",
     "lr_decay",
     "multistep",
-    "newbob",
     "nnabla_cosine",
     "nnabla_exponential",
     "nnabla_linear_warmup",
@@ -100,7 +94,6 @@ __all__ = [
     "plot",
     "polynomial",
     "polynomial_schedule",
-    "reduce_on_plateau",
     "sgdr",
     "sgdr_schedule",
     "warmup",

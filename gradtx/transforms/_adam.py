@@ -1,70 +1,41 @@
-"""Adam-family preconditioners built on first and second moment estimates.
+"""Adam and its direct relatives on the moment engine: Adam (and NAdam), AdaMax, AMSGrad, and
+Adam in the "ε-hat" form of nnabla, TensorFlow 1 and RETURNN.
 
-`scale_by_adam`, `scale_by_adamax` and `scale_by_amsgrad` live here with the helpers the whole
-family shares; the other variants (AdaBelief, Yogi, RAdam, NovoGrad) are in `_adam_variants.py`.
+The moment bookkeeping (state, EMAs, stored-dtype reads, AMSGrad maximum) is `_moments.py`'s;
+each rule here only says how its second statistic moves and how the update is formed. Gradients
+are widened to float32 (float64 and complex stay as they are) before a rule is evaluated, and only
+the results are cast: updates to the gradients' dtype, buffers to the dtype they were created
+with. So a tiny float16 gradient does not underflow to a zero second moment and an infinite
+update.
 
-Gradients are widened to float32 (float64 and complex stay as they are) before a rule is
-evaluated, and only the results are cast: updates to the gradients' dtype, buffers to the dtype
-they were created with. So a tiny float16 gradient does not underflow to a zero second moment and
-an infinite update. A decayed buffer (`b1 * mu`) is rounded in the buffer's own dtype, as in Optax,
-so a bf16 `mu_dtype` gives Optax's numbers.
+Kingma & Ba give two ways to write Adam's step: Algorithm 1 divides the bias-corrected moments,
+:math:`\\hat m / (\\sqrt{\\hat v} + \\epsilon)` (Optax, PyTorch, `scale_by_adam`), while the formula
+before their Section 2.1 folds both corrections into the step size,
+:math:`\alpha \\sqrt{1-\beta_2^t}/(1-\beta_1^t) \\cdot m / (\\sqrt v + \\hat\\epsilon)`
+(`scale_by_adam_eps_hat`). They differ in where :math:`\\epsilon` sits, so no constant `eps` maps
+one onto the other.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
-import jax
 import jax.numpy as jnp
 
-from .._checks import check_in_range, check_non_negative
+from .._checks import check_non_negative
 from .._core import GradientTransformation
-from .._numerics import abs_sq, as_stored, bias_correction, safe_increment, widen, zero_count
-from .._typing import ArrayLike, Updates
-from ..tree import assert_same_structure, map_split, zeros_like
-
-
-class ScaleByAdamState(NamedTuple):
-    """State of `scale_by_adam` (also of `scale_by_adamax`, `scale_by_yogi`, `scale_by_radam`)."""
-
-    count: jax.Array  # type: ignore[assignment]  # int32, saturating
-    mu: Updates  # first moment (EMA of g), dtype mu_dtype or the params'
-    nu: Updates  # second moment (EMA of |g|^2, or the infinity norm), dtype nu_dtype or params'
-
-
-class ScaleByAmsgradState(NamedTuple):
-    """State of `scale_by_amsgrad`."""
-
-    count: jax.Array  # type: ignore[assignment]  # int32, saturating
-    mu: Updates  # first moment, dtype mu_dtype or the params'
-    nu: Updates  # second moment, dtype nu_dtype or the params'
-    nu_max: Updates  # running maximum of the (optionally bias-corrected) second moment
-
-
-def _ema(decay: ArrayLike, g: jax.Array, m: jax.Array) -> Any:
-    """`(1 - decay) g + decay m` for a widened `g`, in Optax's order and precision (`decay m`
-    is rounded in the buffer's dtype), so a bf16 `mu_dtype` gives Optax's numbers."""
-    return (1 - decay) * g + decay * m
-
-
-def _check_moments(who: str, b1: ArrayLike, b2: ArrayLike, eps: ArrayLike) -> None:
-    check_in_range(who, "b1", b1, 0.0, 1.0, high_open=True)
-    check_in_range(who, "b2", b2, 0.0, 1.0, high_open=True)
-    check_non_negative(who, "eps", eps)
-
-
-def _first_moment_estimate(
-    b1: ArrayLike, count: jax.Array, nesterov: bool
-) -> Callable[[jax.Array, jax.Array], Any]:
-    r"""`(m_t, g_t) -> \hat m_t` at step `count`: :math:`m_t/(1-\beta_1^t)`, or with
-    `nesterov` (NAdam, Dozat 2016) :math:`\beta_1 m_t/(1-\beta_1^{t+1}) + (1-\beta_1)
-    g_t/(1-\beta_1^t)`. The corrections are float32 scalars."""
-    c1 = bias_correction(b1, count)
-    if not nesterov:
-        return lambda m, g: m / c1
-    c1_next = bias_correction(b1, safe_increment(count))
-    return lambda m, g: b1 * (m / c1_next) + (1 - b1) * (g / c1)
+from .._numerics import bias_correction, safe_divide
+from .._typing import ArrayLike
+from ._moments import ScaleByAdamState as ScaleByAdamState
+from ._moments import ScaleByAmsgradState as ScaleByAmsgradState
+from ._moments import (
+    check_moments,
+    eps_hat_factor,
+    first_moment_estimate,
+    infinity_norm,
+    moment_transformation,
+    second_moment,
+)
 
 
 def scale_by_adam(
@@ -105,34 +76,17 @@ def scale_by_adam(
     Reference: Kingma & Ba, "Adam: A Method for Stochastic Optimization" (ICLR 2015).
     """
     who = "scale_by_adam"
-    _check_moments(who, b1, b2, eps)
+    check_moments(who, b1, b2, eps, mu_dtype, nu_dtype)
     check_non_negative(who, "eps_root", eps_root)
 
-    def init(params):
-        return ScaleByAdamState(
-            count=zero_count(),
-            mu=zeros_like(params, mu_dtype),
-            nu=zeros_like(params, nu_dtype),
-        )
-
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        assert_same_structure(who, updates=updates, **{"state.mu": state.mu})
-        count = safe_increment(state.count)
-        m_hat = _first_moment_estimate(b1, count, nesterov)
+    def leaf_step_at(count):
+        m_hat = first_moment_estimate(b1, count, nesterov)
         c2 = bias_correction(b2, count)
+        return lambda g, m, v: m_hat(m, g) / (jnp.sqrt(v / c2 + eps_root) + eps)
 
-        def leaf(g, m, v):
-            gw = widen(g)
-            m_new = as_stored(_ema(b1, gw, m), m)
-            v_new = as_stored(_ema(b2, abs_sq(gw), v), v)
-            u = m_hat(m_new, gw) / (jnp.sqrt(v_new / c2 + eps_root) + eps)
-            return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
-
-        updates, mu, nu = map_split(leaf, 3, updates, state.mu, state.nu)
-        return updates, ScaleByAdamState(count=count, mu=mu, nu=nu)
-
-    return GradientTransformation(init, update)
+    return moment_transformation(
+        who, leaf_step_at, b1=b1, second=second_moment(b2), mu_dtype=mu_dtype, nu_dtype=nu_dtype
+    )
 
 
 def scale_by_adamax(
@@ -168,32 +122,16 @@ def scale_by_adamax(
     Reference: Kingma & Ba, "Adam: A Method for Stochastic Optimization" (ICLR 2015), §7.1.
     """
     who = "scale_by_adamax"
-    _check_moments(who, b1, b2, eps)
+    check_moments(who, b1, b2, eps, mu_dtype, nu_dtype)
 
-    def init(params):
-        return ScaleByAdamState(
-            count=zero_count(),
-            mu=zeros_like(params, mu_dtype),
-            nu=zeros_like(params, nu_dtype),
-        )
-
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        assert_same_structure(who, updates=updates, **{"state.mu": state.mu})
-        count = safe_increment(state.count)
+    def leaf_step_at(count):
         c1 = bias_correction(b1, count)
+        return lambda g, m, v: (m / c1) / v
 
-        def leaf(g, m, v):
-            gw = widen(g)
-            m_new = as_stored(_ema(b1, gw, m), m)
-            v_new = as_stored(jnp.maximum(jnp.abs(gw) + eps, b2 * v), v)
-            u = (m_new / c1) / v_new
-            return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
-
-        updates, mu, nu = map_split(leaf, 3, updates, state.mu, state.nu)
-        return updates, ScaleByAdamState(count=count, mu=mu, nu=nu)
-
-    return GradientTransformation(init, update)
+    second = infinity_norm(b2, eps)
+    return moment_transformation(
+        who, leaf_step_at, b1=b1, second=second, mu_dtype=mu_dtype, nu_dtype=nu_dtype
+    )
 
 
 def scale_by_amsgrad(
@@ -237,49 +175,113 @@ def scale_by_amsgrad(
     Reference: Reddi, Kale & Kumar, "On the Convergence of Adam and Beyond" (ICLR 2018).
     """
     who = "scale_by_amsgrad"
-    _check_moments(who, b1, b2, eps)
+    check_moments(who, b1, b2, eps, mu_dtype, nu_dtype)
     check_non_negative(who, "eps_root", eps_root)
 
-    def init(params):
-        return ScaleByAmsgradState(
-            count=zero_count(),
-            mu=zeros_like(params, mu_dtype),
-            nu=zeros_like(params, nu_dtype),
-            nu_max=zeros_like(params, nu_dtype),
-        )
+    def leaf_step_at(count):
+        c1 = bias_correction(b1, count) if bias_correction_mu else 1.0
+        return lambda g, m, v_max: (m / c1) / (jnp.sqrt(v_max + eps_root) + eps)
 
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        assert_same_structure(who, updates=updates, **{"state.mu": state.mu})
-        count = safe_increment(state.count)
-        c1 = bias_correction(b1, count) if bias_correction_mu else None
-        c2 = bias_correction(b2, count) if bias_correction_nu else None
+    def max_of_at(count):  # Optax takes the maximum of the bias-corrected second moment
+        if not bias_correction_nu:
+            return None
+        c2 = bias_correction(b2, count)
+        return lambda v: v / c2
 
-        def leaf(g, m, v, v_max):
-            gw = widen(g)
-            m_new = as_stored(_ema(b1, gw, m), m)
-            v_new = as_stored(_ema(b2, abs_sq(gw), v), v)
-            m_hat = m_new if c1 is None else m_new / c1
-            v_eff = v_new if c2 is None else v_new / c2
-            v_max_new = as_stored(jnp.maximum(widen(v_max), v_eff), v_max)
-            u = m_hat / (jnp.sqrt(v_max_new + eps_root) + eps)
-            return (
-                u.astype(g.dtype),
-                m_new.astype(m.dtype),
-                v_new.astype(v.dtype),
-                v_max_new.astype(v_max.dtype),
-            )
+    return moment_transformation(
+        who,
+        leaf_step_at,
+        b1=b1,
+        second=second_moment(b2),
+        amsgrad=True,
+        max_of_at=max_of_at,
+        mu_dtype=mu_dtype,
+        nu_dtype=nu_dtype,
+    )
 
-        updates, mu, nu, nu_max = map_split(leaf, 4, updates, state.mu, state.nu, state.nu_max)
-        return updates, ScaleByAmsgradState(count=count, mu=mu, nu=nu, nu_max=nu_max)
 
-    return GradientTransformation(init, update)
+def scale_by_adam_eps_hat(
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    *,
+    bias_correction: bool = True,
+    amsgrad: bool = False,
+    nesterov: bool = False,
+    mu_dtype: Any = None,
+    nu_dtype: Any = None,
+) -> GradientTransformation:
+    r"""Rescale updates by Adam with its bias corrections folded into the step size (ε-hat form).
+
+    .. math::
+
+      m_t = \beta_1 m_{t-1} + (1-\beta_1) g_t, \qquad
+      v_t = \beta_2 v_{t-1} + (1-\beta_2) |g_t|^2, \qquad
+      \bar v_t = \begin{cases} \max(\bar v_{t-1}, v_t) & \text{amsgrad} \\ v_t \end{cases} \\
+      u_t = k_t\, \frac{n_t}{\sqrt{\bar v_t} + \epsilon}, \qquad
+      k_t = \frac{\sqrt{1-\beta_2^t}}{1-\beta_1^t} \ (\text{or 1 without bias_correction}), \qquad
+      n_t = \begin{cases} \beta_1 m_t + (1-\beta_1) g_t & \text{nesterov} \\ m_t \end{cases}
+
+    This is `scale_by_adam` with :math:`\epsilon` replaced by :math:`\epsilon\sqrt{1-\beta_2^t}`
+    (Kingma & Ba's ":math:`\hat\epsilon`", the form before their Section 2.1); the AMSGrad maximum
+    is taken over the uncorrected :math:`v_t`. Where the denominator is 0 (only with
+    :math:`\epsilon = 0` and all gradients so far 0) the update is 0. Followed by
+    `scale_by_learning_rate(lr)` it is:
+
+    - nnabla's `Adam` (and the Adam step of `AdamW`); TF1's `AdamOptimizer`; RETURNN's
+      `CustomAdamOptimizer` (whose TF updater injects `epsilon=1e-16`);
+    - with `amsgrad=True`: nnabla's `AMSGRAD(bias_correction=True)`; with
+      `bias_correction=False` also nnabla's default `AMSGRAD` and RETURNN's `AMSGradOptimizer`
+      (`b2=0.99, eps=0`), both equal to `scale_by_amsgrad` without corrections;
+    - with `nesterov=True`: RETURNN's `NadamOptimizer` (TF1 contrib's Nadam, the `use_nesterov`
+      Adam kernel), which is not Dozat's NAdam of `scale_by_adam(nesterov=True)`.
+
+    Args:
+      b1: :math:`\beta_1` in [0, 1), decay of the first moment.
+      b2: :math:`\beta_2` in [0, 1), decay of the second moment.
+      eps: :math:`\epsilon` >= 0 added to :math:`\sqrt{\bar v_t}`.
+      bias_correction: use :math:`k_t`; without it :math:`k_t = 1`.
+      amsgrad: divide by the running maximum of the second moment.
+      nesterov: use :math:`\beta_1 m_t + (1-\beta_1) g_t` as the numerator.
+      mu_dtype: dtype of the first moment (default: the params' dtype).
+      nu_dtype: dtype of the second moment and its maximum (default: the params' dtype).
+
+    Returns:
+      A `GradientTransformation` with state `ScaleByAdamState(count, mu, nu)`, or
+      `ScaleByAmsgradState(count, mu, nu, nu_max)` with `amsgrad`.
+
+    Reference: Kingma & Ba, "Adam: A Method for Stochastic Optimization" (ICLR 2015), end of
+    Section 2; nnabla `Adam` / `AMSGRAD` (`src/nbla/solver/generic/adam.cpp`, `amsgrad.cpp`);
+    RETURNN `NadamOptimizer`, `AMSGradOptimizer` (`returnn/tf/updater.py`).
+    """
+    who = "scale_by_adam_eps_hat"
+    check_moments(who, b1, b2, eps, mu_dtype, nu_dtype)
+
+    def leaf_step_at(count):
+        k = eps_hat_factor(b1, b2, count, bias_correction)
+
+        def leaf_step(g, m, v):
+            numerator = b1 * m + (1 - b1) * g if nesterov else m
+            return k * safe_divide(numerator, jnp.sqrt(v) + eps)
+
+        return leaf_step
+
+    return moment_transformation(
+        who,
+        leaf_step_at,
+        b1=b1,
+        second=second_moment(b2),
+        amsgrad=amsgrad,
+        mu_dtype=mu_dtype,
+        nu_dtype=nu_dtype,
+    )
 
 
 __all__ = [
     "ScaleByAdamState",
     "ScaleByAmsgradState",
     "scale_by_adam",
+    "scale_by_adam_eps_hat",
     "scale_by_adamax",
     "scale_by_amsgrad",
 ]

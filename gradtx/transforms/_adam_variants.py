@@ -16,22 +16,18 @@ import numpy as np
 
 from .._checks import check_in_range, check_non_negative, concrete
 from .._core import GradientTransformation, require_params
-from .._numerics import (
-    abs_sq,
-    as_stored,
-    bias_correction,
-    safe_increment,
-    value_at,
-    widen,
-    zero_count,
-)
+from .._numerics import bias_correction, safe_increment, value_at, widen, zero_count
 from .._typing import ArrayLike, ScalarOrSchedule, Updates
-from ..tree import assert_same_structure, full_like, map_split, zeros_like
-from ._adam import (
-    ScaleByAdamState,
-    _check_moments,
-    _ema,
-    _first_moment_estimate,
+from ..tree import assert_same_structure, map_split, zeros_like
+from ._moments import (
+    belief_moment,
+    check_moments,
+    ema,
+    first_moment_estimate,
+    moment_transformation,
+    rectification,
+    second_moment,
+    yogi_moment,
 )
 
 
@@ -58,6 +54,9 @@ def scale_by_belief(
     eps_root: ArrayLike = 1e-16,
     *,
     nesterov: bool = False,
+    amsgrad: bool = False,
+    rectify: bool = False,
+    accumulate_eps_root: bool = True,
     mu_dtype: Any = None,
     nu_dtype: Any = None,
 ) -> GradientTransformation:
@@ -66,56 +65,72 @@ def scale_by_belief(
     .. math::
 
       m_t = \beta_1 m_{t-1} + (1-\beta_1) g_t, \qquad
-      s_t = \beta_2 s_{t-1} + (1-\beta_2) |g_t - m_t|^2 + \epsilon_{root}, \\
-      u_t = \frac{m_t / (1-\beta_1^t)}{\sqrt{s_t / (1-\beta_2^t)} + \epsilon}
+      s_t = \beta_2 s_{t-1} + (1-\beta_2) |g_t - m_t|^2 + \epsilon_{root}, \qquad
+      \bar s_t = \begin{cases} \max(\bar s_{t-1}, s_t) & \text{amsgrad} \\ s_t \end{cases} \\
+      u_t = \frac{\hat m_t}{\sqrt{\bar s_t / (1-\beta_2^t)} + \epsilon}, \qquad
+      \hat m_t = \frac{m_t}{1-\beta_1^t}
 
-    :math:`\epsilon_{root}` is stored in :math:`s_t`, so it accumulates, as in the paper and in
-    nnabla's AdaBelief. With `nesterov=True` the first moment estimate is NAdam's (see
-    `scale_by_adam`). Matches `optax.scale_by_belief`.
+    By default :math:`\epsilon_{root}` is stored in :math:`s_t`, so it accumulates, as in the
+    authors' code, in Optax and in nnabla. With `accumulate_eps_root=False` it is added once, as
+    the paper writes it: :math:`\bar s_t` is replaced by :math:`\bar s_t + \epsilon_{root}` in
+    the denominator and the stored :math:`s_t` has no :math:`\epsilon_{root}`. With
+    `nesterov=True` :math:`\hat m_t` is NAdam's (see `scale_by_adam`). With `rectify=True`
+    (RAdam's rectification, as nnabla's `AdaBelief(rectify=True)`) the update is
+    :math:`r_t u_t` where RAdam's :math:`\rho_t > 4` and the momentum step :math:`\hat m_t`
+    before (see `scale_by_radam` for :math:`\rho_t, r_t`). Defaults match
+    `optax.scale_by_belief`; `gradtx.nnabla.adabelief` uses
+    `eps_root=eps, accumulate_eps_root=False` with nnabla's `amsgrad` and `rectify` options.
 
     Args:
       b1: :math:`\beta_1` in [0, 1), decay of the first moment.
       b2: :math:`\beta_2` in [0, 1), decay of the second central moment.
       eps: :math:`\epsilon` >= 0 added to the denominator.
-      eps_root: :math:`\epsilon_{root}` >= 0 added to :math:`s_t` every step (must be > 0 to
-        differentiate through the update).
+      eps_root: :math:`\epsilon_{root}` >= 0 added to :math:`s` (must be > 0 to differentiate
+        through the update).
       nesterov: use the Nesterov (NAdam) first moment.
+      amsgrad: divide by the running maximum of :math:`s_t`.
+      rectify: RAdam's rectification (momentum SGD while :math:`\rho_t \le 4`).
+      accumulate_eps_root: store :math:`\epsilon_{root}` in :math:`s_t` every step (True) or add
+        it once when dividing (False).
       mu_dtype: dtype of the first moment buffer (default: the params' dtype).
       nu_dtype: dtype of the second moment buffer (default: the params' dtype).
 
     Returns:
-      A `GradientTransformation` with state `ScaleByBeliefState(count, mu, nu)`.
+      A `GradientTransformation` with state `ScaleByBeliefState(count, mu, nu)`, or
+      `ScaleByAmsgradState(count, mu, nu, nu_max)` with `amsgrad` (`nu` holding :math:`s_t`).
 
     Reference: Zhuang et al., "AdaBelief Optimizer: Adapting Stepsizes by the Belief in Observed
-    Gradients" (NeurIPS 2020).
+    Gradients" (NeurIPS 2020); Liu et al. (ICLR 2020) for the rectification; nnabla `AdaBelief`.
     """
     who = "scale_by_belief"
-    _check_moments(who, b1, b2, eps)
+    check_moments(who, b1, b2, eps, mu_dtype, nu_dtype)
     check_non_negative(who, "eps_root", eps_root)
+    stored_eps_root = eps_root if accumulate_eps_root else 0.0
+    read_eps_root = 0.0 if accumulate_eps_root else eps_root
 
-    def init(params):
-        return ScaleByBeliefState(
-            count=zero_count(), mu=zeros_like(params, mu_dtype), nu=zeros_like(params, nu_dtype)
-        )
-
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        assert_same_structure(who, updates=updates, **{"state.mu": state.mu})
-        count = safe_increment(state.count)
-        m_hat = _first_moment_estimate(b1, count, nesterov)
+    def leaf_step_at(count):
+        m_hat = first_moment_estimate(b1, count, nesterov)
         c2 = bias_correction(b2, count)
+        if rectify:
+            adaptive, r = rectification(b2, count, 4.0, precise=True)
 
-        def leaf(g, m, s):
-            gw = widen(g)
-            m_new = as_stored(_ema(b1, gw, m), m)
-            s_new = as_stored(_ema(b2, abs_sq(gw - m_new), s) + eps_root, s)
-            u = m_hat(m_new, gw) / (jnp.sqrt(s_new / c2) + eps)
-            return u.astype(g.dtype), m_new.astype(m.dtype), s_new.astype(s.dtype)
+        def leaf_step(g, m, s):
+            mh = m_hat(m, g)
+            u = mh / (jnp.sqrt((s + read_eps_root) / c2) + eps)
+            return jnp.where(adaptive, r * u, mh) if rectify else u
 
-        updates, mu, nu = map_split(leaf, 3, updates, state.mu, state.nu)
-        return updates, ScaleByBeliefState(count=count, mu=mu, nu=nu)
+        return leaf_step
 
-    return GradientTransformation(init, update)
+    return moment_transformation(
+        who,
+        leaf_step_at,
+        b1=b1,
+        second=belief_moment(b2, stored_eps_root),
+        amsgrad=amsgrad,
+        mu_dtype=mu_dtype,
+        nu_dtype=nu_dtype,
+        state_cls=ScaleByBeliefState,
+    )
 
 
 def scale_by_yogi(
@@ -154,36 +169,23 @@ def scale_by_yogi(
     Reference: Zaheer et al., "Adaptive Methods for Nonconvex Optimization" (NeurIPS 2018).
     """
     who = "scale_by_yogi"
-    _check_moments(who, b1, b2, eps)
+    check_moments(who, b1, b2, eps, mu_dtype, nu_dtype)
     check_non_negative(who, "eps_root", eps_root)
     check_non_negative(who, "initial_accumulator_value", initial_accumulator_value)
 
-    def init(params):
-        return ScaleByAdamState(
-            count=zero_count(),
-            mu=full_like(params, initial_accumulator_value, mu_dtype),
-            nu=full_like(params, initial_accumulator_value, nu_dtype),
-        )
+    def leaf_step_at(count):
+        c1, c2 = bias_correction(b1, count), bias_correction(b2, count)
+        return lambda g, m, v: (m / c1) / (jnp.sqrt(v / c2 + eps_root) + eps)
 
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        assert_same_structure(who, updates=updates, **{"state.mu": state.mu})
-        count = safe_increment(state.count)
-        c1 = bias_correction(b1, count)
-        c2 = bias_correction(b2, count)
-
-        def leaf(g, m, v):
-            gw = widen(g)
-            m_new = as_stored(_ema(b1, gw, m), m)
-            g2, vw = abs_sq(gw), widen(v)
-            v_new = as_stored(vw - (1 - b2) * jnp.sign(vw - g2) * g2, v)
-            u = (m_new / c1) / (jnp.sqrt(v_new / c2 + eps_root) + eps)
-            return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
-
-        updates, mu, nu = map_split(leaf, 3, updates, state.mu, state.nu)
-        return updates, ScaleByAdamState(count=count, mu=mu, nu=nu)
-
-    return GradientTransformation(init, update)
+    return moment_transformation(
+        who,
+        leaf_step_at,
+        b1=b1,
+        second=yogi_moment(b2),
+        mu_dtype=mu_dtype,
+        nu_dtype=nu_dtype,
+        initial_value=initial_accumulator_value,
+    )
 
 
 def scale_by_radam(
@@ -232,49 +234,25 @@ def scale_by_radam(
     Reference: Liu et al., "On the Variance of the Adaptive Learning Rate and Beyond" (ICLR 2020).
     """
     who = "scale_by_radam"
-    _check_moments(who, b1, b2, eps)
+    check_moments(who, b1, b2, eps, mu_dtype, nu_dtype)
     check_non_negative(who, "eps_root", eps_root)
     check_in_range(who, "threshold", threshold, 4.0, float("inf"))
-    b2_value = concrete(b2)
-    if b2_value is not None and b2_value.ndim == 0:  # in float64, as Optax does for a float b2
-        ro_inf: Any = 2.0 / (1.0 - float(b2_value)) - 1.0
-    else:
-        ro_inf = 2.0 / (1.0 - jnp.asarray(b2, jnp.float32)) - 1.0
 
-    def init(params):
-        return ScaleByAdamState(
-            count=zero_count(), mu=zeros_like(params, mu_dtype), nu=zeros_like(params, nu_dtype)
-        )
-
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        assert_same_structure(who, updates=updates, **{"state.mu": state.mu})
-        count = safe_increment(state.count)
-        m_hat = _first_moment_estimate(b1, count, nesterov)
+    def leaf_step_at(count):
+        m_hat = first_moment_estimate(b1, count, nesterov)
         c2 = bias_correction(b2, count)
-        # rho_t cancels badly in float32 for small t (about 1% off at t = 6, in Optax as well);
-        # the float power below rounds as Optax's jitted update does, eagerly and under jit.
-        t = count.astype(jnp.float32)
-        b2t = jnp.asarray(b2, jnp.float32) ** t
-        ro = ro_inf - 2.0 * t * b2t / (1.0 - b2t)
-        adaptive = ro >= threshold
-        ro_ok = jnp.where(adaptive, ro, ro_inf)  # keeps the unused branch free of NaN
-        r = jnp.sqrt(
-            (ro_ok - 4.0) * (ro_ok - 2.0) * ro_inf / ((ro_inf - 4.0) * (ro_inf - 2.0) * ro_ok)
-        )
+        # float32 powers, rounded as Optax's jitted update does, eagerly and under jit
+        adaptive, r = rectification(b2, count, threshold, precise=False)
 
-        def leaf(g, m, v):
-            gw = widen(g)
-            m_new = as_stored(_ema(b1, gw, m), m)
-            v_new = as_stored(_ema(b2, abs_sq(gw), v), v)
-            mh = m_hat(m_new, gw)
-            u = jnp.where(adaptive, r * mh / (jnp.sqrt(v_new / c2 + eps_root) + eps), mh)
-            return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
+        def leaf_step(g, m, v):
+            mh = m_hat(m, g)
+            return jnp.where(adaptive, r * mh / (jnp.sqrt(v / c2 + eps_root) + eps), mh)
 
-        updates, mu, nu = map_split(leaf, 3, updates, state.mu, state.nu)
-        return updates, ScaleByAdamState(count=count, mu=mu, nu=nu)
+        return leaf_step
 
-    return GradientTransformation(init, update)
+    return moment_transformation(
+        who, leaf_step_at, b1=b1, second=second_moment(b2), mu_dtype=mu_dtype, nu_dtype=nu_dtype
+    )
 
 
 def _is_zero(value: Any) -> bool:
@@ -322,7 +300,7 @@ def scale_by_novograd(
     Training of Deep Networks" (2019), arXiv:1905.11286.
     """
     who = "scale_by_novograd"
-    _check_moments(who, b1, b2, eps)
+    check_moments(who, b1, b2, eps, mu_dtype, nu_dtype)
     check_non_negative(who, "eps_root", eps_root)
     check_non_negative(who, "weight_decay", weight_decay)
     uses_params = not _is_zero(weight_decay)
@@ -344,7 +322,7 @@ def scale_by_novograd(
         def leaf(g, p, m, n):
             gw = widen(g)
             sq = jnp.linalg.norm(gw) ** 2  # rounds as Optax does (a plain sum of squares does not)
-            n_new = jnp.where(first, sq, _ema(b2, sq, n))
+            n_new = jnp.where(first, sq, ema(b2, sq, n))
             step = gw / (jnp.sqrt(n_new + eps_root) + eps)
             if p is not None:
                 step = step + lam * widen(jnp.asarray(p))

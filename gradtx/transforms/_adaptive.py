@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +13,7 @@ from .._numerics import abs_sq, as_stored, safe_increment, widen, zero_count
 from .._numerics import bias_correction as _bias_correction
 from .._typing import ArrayLike, Updates
 from ..tree import assert_same_structure, full_like, map_split, zeros_like
+from ._elementwise import elementwise
 
 # --------------------------------------------------------------------------------------------
 # RMSprop
@@ -125,19 +126,24 @@ def scale_by_stddev(
 
       \mu_t = \rho\, \mu_{t-1} + (1-\rho) g_t, \qquad
       \nu_t = \rho\, \nu_{t-1} + (1-\rho) |g_t|^2, \qquad
-      u_t = \frac{g_t}{\sqrt{\hat\nu_t - |\hat\mu_t|^2 + \epsilon}}
+      \sigma_t^2 = \max(\nu_t - |\mu_t|^2,\ 0), \qquad
+      u_t = \frac{g_t}{\sqrt{\sigma_t^2 + \epsilon}}
 
-    (or :math:`g_t / (\sqrt{\hat\nu_t - |\hat\mu_t|^2} + \epsilon)` with `eps_in_sqrt=False`),
-    where the hats are the bias-corrected averages with `bias_correction` and the plain ones
-    otherwise. Matches `optax.scale_by_stddev`; followed by the learning rate and momentum it is
-    nnabla's `RMSpropGraves` (Graves, 2013) with `eps_in_sqrt=True`.
+    (or :math:`g_t / (\sqrt{\sigma_t^2} + \epsilon)` with `eps_in_sqrt=False`). The variance is
+    clamped at 0: it is never negative in exact arithmetic, but with a constant gradient
+    :math:`\nu_t - |\mu_t|^2` is a difference of equal numbers that rounds below 0 (in Optax
+    and PyTorch too, whose centered RMSprop then gives NaN). Matches `optax.scale_by_stddev`
+    wherever that is finite; followed by the learning rate and momentum it is nnabla's
+    `RMSpropGraves` (Graves, 2013) with `eps_in_sqrt=True`.
 
     Args:
       decay: :math:`\rho` in [0, 1).
       eps: :math:`\epsilon` >= 0.
       initial_scale: :math:`\nu_0` >= 0 (:math:`\mu_0 = 0`).
       eps_in_sqrt: add `eps` inside the square root (default) or outside it.
-      bias_correction: divide both averages by :math:`1-\rho^t`.
+      bias_correction: must be False (kept for Optax's signature): bias-corrected averages
+        make the first variance exactly 0 and the first step :math:`g/\sqrt{\epsilon}`, so
+        True raises a `ValueError` that says so.
 
     Returns:
       A `GradientTransformation` with state `ScaleByStddevState(count, mu, nu)`.
@@ -146,6 +152,14 @@ def scale_by_stddev(
     """
     who = "scale_by_stddev"
     _check_rms_args(who, decay, eps, initial_scale)
+    if bias_correction:
+        raise ValueError(
+            f"{who}: bias_correction=True is not supported with centering: after the first step "
+            "the bias-corrected variance of a single gradient is exactly 0 (m_hat = g, "
+            "v_hat = g^2), so the first update is g / sqrt(eps), about 1/sqrt(eps) times the "
+            "gradient; use bias_correction=False (centered RMSprop as in Graves 2013, PyTorch and "
+            "Optax's default), or centered=False to keep the bias correction"
+        )
 
     def init(params):
         return ScaleByStddevState(
@@ -156,17 +170,15 @@ def scale_by_stddev(
         del params, extra_args
         assert_same_structure(who, updates=updates, **{"state.mu": state.mu, "state.nu": state.nu})
         count = safe_increment(state.count)
-        corr = _bias_correction(decay, count) if bias_correction else None
 
         def leaf(g, m, v):
             g32 = widen(g)
             m_new = as_stored((1 - decay) * g32 + decay * m.astype(g32.dtype), m)
             v_new = as_stored((1 - decay) * abs_sq(g32) + decay * v.astype(g32.dtype), v)
-            if corr is not None:
-                m_hat, v_hat = m_new / corr.astype(m_new.dtype), v_new / corr.astype(v_new.dtype)
-            else:
-                m_hat, v_hat = m_new, v_new
-            u = g32 * _inverse_root(v_hat - abs_sq(m_hat), eps, eps_in_sqrt)
+            # v - |m|^2 is a variance: >= 0 exactly, but rounding (bf16 buffers, a constant
+            # gradient) can make the difference negative, and sqrt would give NaN.
+            variance = jnp.maximum(v_new - abs_sq(m_new), 0.0)
+            u = g32 * _inverse_root(variance, eps, eps_in_sqrt)
             return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
 
         updates, mu, nu = map_split(leaf, 3, updates, state.mu, state.nu)
@@ -295,12 +307,65 @@ def scale_by_adadelta(rho: ArrayLike = 0.9, eps: ArrayLike = 1e-6) -> GradientTr
     return GradientTransformation(init, update)
 
 
+def scale_by_grad_variance(
+    beta1: ArrayLike = 0.9,
+    beta2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    *,
+    mu_dtype: Any = None,
+    nu_dtype: Any = None,
+) -> GradientTransformation:
+    r"""Shrink each gradient entry where it deviates from its mean more than usual.
+
+    .. math::
+
+      m_t = \beta_1 m_{t-1} + (1-\beta_1) g_t, \qquad \sigma_t^2 = (g_t - m_t)^2, \qquad
+      v_t = \beta_2 v_{t-1} + (1-\beta_2)\, \sigma_t^2, \\
+      u_t = g_t \min\!\left(\frac{v_t}{\sigma_t^2 + \epsilon},\ 1\right)
+
+    with the new :math:`m_t`. RETURNN's `GradVarianceScaledOptimizer`. (RETURNN's TF updater
+    injects `epsilon=1e-16` from its `optimizer_epsilon` setting; pass `eps=1e-16` to match a
+    config run.)
+
+    Args:
+      beta1: :math:`\beta_1` in [0, 1), decay of the running mean :math:`m`.
+      beta2: :math:`\beta_2` in [0, 1), decay of the running variance :math:`v`.
+      eps: :math:`\epsilon` >= 0 added to :math:`\sigma_t^2`.
+      mu_dtype: dtype of :math:`m` (default: the params' dtype).
+      nu_dtype: dtype of :math:`v` (default: the params' dtype).
+
+    Returns:
+      A `GradientTransformation` with state `ElementwiseState(count, slots={"m": ..., "v": ...})`.
+
+    Reference: RETURNN `GradVarianceScaledOptimizer` (`returnn/tf/updater.py`).
+    """
+    who = "scale_by_grad_variance"
+    check_in_range(who, "beta1", beta1, 0.0, 1.0, high_open=True)
+    check_in_range(who, "beta2", beta2, 0.0, 1.0, high_open=True)
+    check_non_negative(who, "eps", eps)
+
+    def rule(g, m, v, t):
+        del t
+        m = beta1 * m + (1 - beta1) * g
+        var = abs_sq(g - m)
+        v = beta2 * v + (1 - beta2) * var
+        # Where var + eps is 0 (eps = 0 and g equal to its mean) the factor's limit is 1.
+        den = var + eps
+        factor = jnp.where(den > 0, jnp.minimum(v / jnp.where(den > 0, den, 1.0), 1.0), 1.0)
+        return g * factor, m, v
+
+    return elementwise(
+        rule, {"m": 0.0, "v": 0.0}, slot_dtype={"m": mu_dtype, "v": nu_dtype}, name=who
+    )
+
+
 __all__ = [
     "ScaleByAdadeltaState",
     "ScaleByRmsState",
     "ScaleByRssState",
     "ScaleByStddevState",
     "scale_by_adadelta",
+    "scale_by_grad_variance",
     "scale_by_rms",
     "scale_by_rss",
     "scale_by_stddev",

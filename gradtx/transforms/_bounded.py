@@ -4,56 +4,27 @@ The step size of each element is Adam's (in the ε-hat form of `scale_by_adam_ep
 into a band around `final_lr` that narrows as :math:`1/(\gamma t)`: early on the band is wide and
 the method is Adam; later it is close to SGD with learning rate `final_lr`. The band follows the
 current learning rate, :math:`\text{final\_lr} \cdot \eta_t/\eta_0`, so a schedule moves the
-bounds too. The helper `lr_ratio` (:math:`\eta_t/\eta_0`) is shared with the nnabla solvers whose
-weight decay follows the schedule (`weight_decay_by_lr_ratio`).
+bounds too (`_scaling.lr_ratio`, :math:`\eta_t/\eta_0`, shared with `weight_decay_by_lr_ratio`).
 
 Why one primitive rather than a wrapper around a preconditioner: the clip acts on the step size
 :math:`\eta k_t/(\sqrt v + \epsilon)` *before* it multiplies :math:`m_t`, so it needs the two
 moments separately; a wrapper would have to reach into another transformation's state. The
-moment bookkeeping is shared with `scale_by_adam_eps_hat` instead (`_adam_eps_hat.py`), and
+moment bookkeeping is the moment engine's (`_moments.py`), as for `scale_by_adam_eps_hat`, and
 `bound_lr` takes the place of `scale_by_learning_rate` at the end of a chain.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import jax.numpy as jnp
 
-from .._checks import check_non_negative, check_positive, concrete
+from .._checks import check_positive
 from .._core import GradientTransformation
-from .._numerics import safe_increment, value_at
+from .._numerics import value_at
 from .._typing import ArrayLike, ScalarOrSchedule
-from ._adam import _check_moments
-from ._adam_eps_hat import eps_hat_factor, init_moments, step_moments
-
-
-def lr_ratio(
-    who: str, learning_rate: ScalarOrSchedule, initial_learning_rate: ArrayLike | None
-) -> Callable[[Any], Any]:
-    r"""`count -> \eta_t / \eta_0`, validated now.
-
-    :math:`\eta_0` is `initial_learning_rate` when given, else the learning rate itself (a
-    constant, for which the ratio is exactly 1) or the schedule's value at step 0. A schedule that
-    starts at 0 (a warm-up from zero) has no usable ratio: the error asks for
-    `initial_learning_rate`.
-    """
-    check_non_negative(who, "learning_rate", learning_rate)
-    if initial_learning_rate is not None:
-        check_positive(who, "initial_learning_rate", initial_learning_rate)
-        eta0 = initial_learning_rate
-        return lambda count: value_at(learning_rate, count) / eta0
-    if not callable(learning_rate):
-        return lambda count: 1.0
-    first = concrete(learning_rate(jnp.zeros([], jnp.int32)))  # None when traced
-    if first is not None and not bool(jnp.all(first > 0)):
-        raise ValueError(
-            f"{who}: the learning-rate schedule is {first.item() if first.ndim == 0 else first} "
-            "at step 0, so eta_t / eta_0 is undefined; pass initial_learning_rate=<the base "
-            "learning rate> (nnabla's eta_0, the learning rate given to the solver)"
-        )
-    return lambda count: value_at(learning_rate, count) / value_at(learning_rate, 0)
+from ._moments import check_moments, eps_hat_factor, moment_transformation, second_moment
+from ._scaling import lr_ratio
 
 
 def bound_lr(
@@ -128,33 +99,30 @@ def bound_lr(
     `AdaBound` / `AMSBound` (`src/nbla/solver/generic/adabound.cpp`, `amsbound.cpp`).
     """
     who = "bound_lr"
-    _check_moments(who, b1, b2, eps)
+    check_moments(who, b1, b2, eps, mu_dtype, nu_dtype)
     check_positive(who, "final_lr", final_lr)
     check_positive(who, "gamma", gamma)
     ratio = lr_ratio(who, learning_rate, initial_learning_rate)
     sign = -1.0 if flip_sign else 1.0
 
-    def init(params):
-        return init_moments(params, amsgrad, mu_dtype, nu_dtype)
-
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        count = safe_increment(state.count)
+    def leaf_step_at(count):
         t = count.astype(jnp.float32)
-        eta = value_at(learning_rate, state.count)
-        scale = eta * eps_hat_factor(b1, b2, count, bias_correction)
-        final = final_lr * ratio(state.count)
+        step = count - 1  # the schedules' 0-based step
+        scale = value_at(learning_rate, step) * eps_hat_factor(b1, b2, count, bias_correction)
+        final = final_lr * ratio(step)
         lower = final * (1.0 - 1.0 / (gamma * t + 1.0))
         upper = final * (1.0 + 1.0 / (gamma * t))
+        return lambda g, m, v: sign * jnp.clip(scale / (jnp.sqrt(v) + eps), lower, upper) * m
 
-        def leaf_step(g, m, v):
-            del g
-            step = jnp.clip(scale / (jnp.sqrt(v) + eps), lower, upper)
-            return sign * step * m
-
-        return step_moments(who, b1, b2, updates, state, leaf_step)
-
-    return GradientTransformation(init, update)
+    return moment_transformation(
+        who,
+        leaf_step_at,
+        b1=b1,
+        second=second_moment(b2),
+        amsgrad=amsgrad,
+        mu_dtype=mu_dtype,
+        nu_dtype=nu_dtype,
+    )
 
 
 __all__ = ["bound_lr"]

@@ -6,22 +6,14 @@ import jax
 import jax.numpy as jnp
 
 from .._checks import check_non_negative, check_positive
-from .._core import EmptyState, GradientTransformation, stateless_with_params
+from .._core import GradientTransformation, stateless, stateless_with_params
 from .._numerics import abs_sq, safe_norm, widen
 from .._typing import ArrayLike, Updates
 from ..tree import norm
 
 
 def _stateless(update_leaves) -> GradientTransformation:
-    def init(params):
-        del params
-        return EmptyState()
-
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        return update_leaves(updates), state
-
-    return GradientTransformation(init, update)
+    return stateless(lambda updates, params: update_leaves(updates))
 
 
 def _shrink_factor(size: jax.Array, limit: ArrayLike) -> jax.Array:

@@ -10,8 +10,9 @@ from .._checks import check_non_negative
 from .._core import GradientTransformation, require_params
 from .._masking import MaskOrFn, resolve_mask
 from .._numerics import safe_increment, value_at, zero_count
-from .._typing import ScalarOrSchedule
+from .._typing import ArrayLike, ScalarOrSchedule
 from ..tree import assert_same_structure
+from ._scaling import lr_ratio
 
 
 class WeightDecayState(NamedTuple):
@@ -41,7 +42,8 @@ def weight_decay(rate: ScalarOrSchedule, mask: MaskOrFn | None = None) -> Gradie
     check_non_negative("weight_decay", "rate", rate)
 
     def init(params):
-        del params
+        if mask is not None:  # a pattern that matches nothing is reported here, not at update
+            resolve_mask("weight_decay", mask, params)
         return WeightDecayState(count=zero_count())
 
     def update(updates, state, params=None, **extra_args):
@@ -65,4 +67,42 @@ def weight_decay(rate: ScalarOrSchedule, mask: MaskOrFn | None = None) -> Gradie
     return GradientTransformation(init, update)
 
 
-__all__ = ["WeightDecayState", "weight_decay"]
+def weight_decay_by_lr_ratio(
+    rate: ScalarOrSchedule,
+    learning_rate: ScalarOrSchedule,
+    *,
+    initial_learning_rate: ArrayLike | None = None,
+    mask: MaskOrFn | None = None,
+) -> GradientTransformation:
+    r"""Add the parameters decayed in proportion to the learning rate's schedule.
+
+    .. math::  u_t = g_t + \lambda_t \frac{\eta_t}{\eta_0} w_{t-1}
+
+    Placed after a step that already contains the learning rate and before the sign flip, this is
+    the decoupled decay of nnabla's `SgdW` and `AdamW`, :math:`w \mathrel{-}= (\eta_t/\eta_0)
+    \lambda w` (Loshchilov & Hutter's schedule multiplier); see `sgdw`, `nnabla.adamw`. With a
+    constant learning rate the factor is 1 and this is `weight_decay(rate, mask)`.
+
+    Args:
+      rate: :math:`\lambda` >= 0, a float or a schedule `count -> rate`.
+      learning_rate: :math:`\eta_t`, the optimizer's learning rate (a float or a schedule).
+      initial_learning_rate: :math:`\eta_0` > 0; default: the learning rate, or the schedule's
+        value at step 0. Give it when the learning rate is changed between steps
+        (`inject_hyperparams`, nnabla's `set_learning_rate`), as in `bound_lr`.
+      mask: which parameters decay (boolean tree, callable or glob pattern(s)); None: all.
+
+    Returns:
+      A `GradientTransformation` with state `WeightDecayState(count)`; it needs `params`.
+
+    Reference: nnabla `SgdW`, `AdamW` (`src/nbla/solver/generic/sgdw.cpp`, `adamw.cpp`);
+    Loshchilov & Hutter, "Decoupled Weight Decay Regularization" (ICLR 2019).
+    """
+    who = "weight_decay_by_lr_ratio"
+    check_non_negative(who, "rate", rate)
+    ratio = lr_ratio(who, learning_rate, initial_learning_rate)
+    if not callable(learning_rate) and initial_learning_rate is None:
+        return weight_decay(rate, mask)
+    return weight_decay(lambda count: value_at(rate, count) * ratio(count), mask)
+
+
+__all__ = ["WeightDecayState", "weight_decay", "weight_decay_by_lr_ratio"]

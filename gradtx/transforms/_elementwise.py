@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import concrete
+from .._checks import check_float_dtype, concrete, expect_state
 from .._core import GradientTransformation, require_params
 from .._numerics import safe_increment, widen, zero_count
 from .._typing import ArrayLike, Updates
@@ -54,10 +54,13 @@ def _check_slots(who: str, slots: Any) -> dict[str, ArrayLike]:
 
 def _check_dtypes(who: str, slot_dtype: Any, names: list[str]) -> dict[str, Any]:
     if not isinstance(slot_dtype, Mapping):
+        check_float_dtype(who, "slot_dtype", slot_dtype)
         return dict.fromkeys(names, slot_dtype)
     unknown = [k for k in slot_dtype if k not in names]
     if unknown:
         raise ValueError(f"{who}: slot_dtype names unknown slots {unknown}; the slots are {names}")
+    for name, dtype in slot_dtype.items():
+        check_float_dtype(who, f"slot_dtype[{name!r}]", dtype)
     return {name: slot_dtype.get(name) for name in names}
 
 
@@ -149,10 +152,11 @@ def elementwise(
 
     def update(updates, state, params=None, **extra_args):
         del extra_args
-        if not isinstance(state, ElementwiseState) or sorted(state.slots) != sorted(names):
+        expect_state(who, state, ElementwiseState)
+        if sorted(state.slots) != sorted(names):
             raise ValueError(
                 f"{who}: expected an ElementwiseState with slots {names} (from this "
-                f"transformation's init), got {type(state).__name__}"
+                f"transformation's init), got slots {sorted(state.slots)}"
             )
         trees = [state.slots[n] for n in names]
         assert_same_structure(

@@ -8,11 +8,10 @@ import jax
 import jax.numpy as jnp
 
 from .._checks import check_in_range, check_non_negative, concrete
-from .._core import GradientTransformation
+from .._core import GradientTransformation, monitored_value
 from .._numerics import bias_correction, safe_increment
 from .._typing import ArrayLike, Updates
-from ._adam import ScaleByAdamState, _check_moments
-from ._adam_eps_hat import init_moments, step_moments
+from ._moments import check_moments, init_moments, second_moment, step_moments
 
 
 class ScaleByEveState(NamedTuple):
@@ -23,24 +22,6 @@ class ScaleByEveState(NamedTuple):
     nu: Updates  # second moment, dtype nu_dtype or the params'
     d: jax.Array  # float32 scalar: the feedback factor d_t (1 before and at the first step)
     f_hat: jax.Array  # float32 scalar: the smoothed loss (minus f_star); 0 before the first step
-
-
-def _loss_value(who: str, extra_args: dict) -> jax.Array:
-    value = extra_args.get("value")
-    if value is None:
-        raise ValueError(
-            f"{who} needs the current loss: call update(grads, state, params, value=loss), e.g. "
-            "`loss, grads = jax.value_and_grad(loss_fn)(params)` then "
-            "`tx.update(grads, state, params, value=loss)` (chain and the other combinators "
-            "forward it); got no value"
-        )
-    value = jnp.asarray(value)
-    if value.ndim != 0:
-        raise ValueError(
-            f"{who}: value must be the scalar loss, got an array of shape {value.shape} "
-            "(reduce it, e.g. with .mean(), first)"
-        )
-    return value.astype(jnp.float32)
 
 
 def scale_by_eve(
@@ -97,7 +78,7 @@ def scale_by_eve(
     (arXiv:1611.01505v1, 2016), Algorithm 1.
     """
     who = "scale_by_eve"
-    _check_moments(who, b1, b2, eps)
+    check_moments(who, b1, b2, eps, mu_dtype, nu_dtype)
     check_in_range(who, "b3", b3, 0.0, 1.0, high_open=True)
     check_non_negative(who, "k", k)
     check_non_negative(who, "K", K)
@@ -106,18 +87,19 @@ def scale_by_eve(
         raise ValueError(f"{who}: k must be <= K, got k={k!r} and K={K!r}")
 
     def init(params):
-        moments = init_moments(params, False, mu_dtype, nu_dtype)
-        return ScaleByEveState(
-            count=moments.count,
-            mu=moments.mu,
-            nu=moments.nu,
+        return init_moments(
+            params,
+            amsgrad=False,
+            mu_dtype=mu_dtype,
+            nu_dtype=nu_dtype,
+            state_cls=ScaleByEveState,
             d=jnp.ones([], jnp.float32),
             f_hat=jnp.zeros([], jnp.float32),
         )
 
     def update(updates, state, params=None, **extra_args):
         del params
-        f = _loss_value(who, extra_args) - jnp.asarray(f_star, jnp.float32)
+        f = monitored_value(who, extra_args) - jnp.asarray(f_star, jnp.float32)
         first = state.count == 0
         f_prev = jnp.where(first, 1.0, state.f_hat)  # keeps the unused branch free of inf/NaN
         rising = f >= f_prev
@@ -136,12 +118,16 @@ def scale_by_eve(
             del g
             return (m / c1) / (d * jnp.sqrt(v / c2) + eps)
 
-        moments = ScaleByAdamState(count=state.count, mu=state.mu, nu=state.nu)
-        updates, stepped = step_moments(who, b1, b2, updates, moments, leaf_step)
-        new_state = ScaleByEveState(
-            count=stepped.count, mu=stepped.mu, nu=stepped.nu, d=d, f_hat=f_hat
+        updates, new_state = step_moments(
+            who,
+            updates,
+            state,
+            leaf_step,
+            b1=b1,
+            second=second_moment(b2),
+            state_cls=ScaleByEveState,
         )
-        return updates, new_state
+        return updates, new_state._replace(d=d, f_hat=f_hat)
 
     return GradientTransformation(init, update)
 

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import check_non_negative
-from .._core import EmptyState, GradientTransformation
+from .._core import GradientTransformation, stateless
 from .._numerics import safe_increment, widen, zero_count
 from .._typing import ArrayLike
 
@@ -113,15 +113,7 @@ def centralize() -> GradientTransformation:
         mean = jnp.mean(g32, axis=tuple(range(1, g32.ndim)), keepdims=True)
         return (g32 - mean).astype(g.dtype)
 
-    def init(params):
-        del params
-        return EmptyState()
-
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        return jax.tree.map(leaf, updates), state
-
-    return GradientTransformation(init, update)
+    return stateless(lambda updates, params: jax.tree.map(leaf, updates))
 
 
 __all__ = ["AddNoiseState", "add_noise", "centralize"]

@@ -1,4 +1,5 @@
-"""Momentum: the `trace` of past updates (heavy ball and Nesterov)."""
+"""Momentum: the `trace` of past updates (heavy ball and Nesterov), with the learning rate outside
+the buffer (`trace`, Optax / PyTorch) or inside it (`trace_with_lr`, nnabla)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ from typing import Any, NamedTuple
 
 import jax
 
-from .._checks import check_in_range
+from .._checks import check_float_dtype, check_in_range, check_non_negative
 from .._core import GradientTransformation
-from .._numerics import safe_increment, value_at, zero_count
+from .._numerics import as_stored, safe_increment, value_at, widen, zero_count
 from .._typing import ScalarOrSchedule, Updates
-from ..tree import assert_same_structure, zeros_like
+from ..tree import assert_same_structure, map_split, zeros_like
 
 
 class TraceState(NamedTuple):
@@ -44,6 +45,7 @@ def trace(
     momentum in deep learning" (2013).
     """
     check_in_range("trace", "decay", decay, 0.0, 1.0)
+    check_float_dtype("trace", "accumulator_dtype", accumulator_dtype)
 
     def init(params):
         return TraceState(count=zero_count(), trace=zeros_like(params, accumulator_dtype))
@@ -62,4 +64,68 @@ def trace(
     return GradientTransformation(init, update)
 
 
-__all__ = ["TraceState", "trace"]
+def trace_with_lr(
+    learning_rate: ScalarOrSchedule,
+    decay: ScalarOrSchedule = 0.9,
+    *,
+    nesterov: bool = False,
+    flip_sign: bool = True,
+    accumulator_dtype: Any = None,
+) -> GradientTransformation:
+    r"""Momentum whose buffer accumulates learning-rate-scaled gradients (nnabla's form).
+
+    .. math::
+
+      v_t = \mu\, v_{t-1} + \eta_t\, g_t, \qquad
+      u_t = -\begin{cases} \eta_t g_t + \mu\, v_t & \text{Nesterov} \\
+                           v_t & \text{otherwise} \end{cases}
+
+    With a constant learning rate this equals `trace` followed by `scale_by_learning_rate`; when
+    the learning rate changes it does not: here a new learning rate applies to new gradients only,
+    while "trace, then scale" rescales the whole accumulated momentum at once. nnabla's
+    `Momentum` (:math:`v = \gamma v + \eta g;\ w \mathrel{-}= v`) and `Nesterov`
+    (:math:`v' = \gamma v - \eta g;\ w \mathrel{+}= -\gamma v + (1+\gamma) v'`, which is the
+    Nesterov line above with :math:`v \to -v`) use this form. Like `scale_by_learning_rate` it
+    ends a chain.
+
+    Args:
+      learning_rate: :math:`\eta_t` >= 0, a float or a schedule `count -> lr`.
+      decay: the momentum :math:`\mu` in [0, 1], a float or a schedule.
+      nesterov: Nesterov's form.
+      flip_sign: negate the step (gradient descent).
+      accumulator_dtype: dtype of the buffer (default: the params' dtype).
+
+    Returns:
+      A `GradientTransformation` with state `TraceState(count, trace)`.
+
+    Reference: nnabla `Momentum`, `Nesterov` (`src/nbla/solver/generic/momentum.cpp`,
+    `nesterov.cpp`); Sutskever et al. (ICML 2013).
+    """
+    who = "trace_with_lr"
+    check_non_negative(who, "learning_rate", learning_rate)
+    check_in_range(who, "decay", decay, 0.0, 1.0)
+    check_float_dtype(who, "accumulator_dtype", accumulator_dtype)
+    sign = -1.0 if flip_sign else 1.0
+
+    def init(params):
+        return TraceState(count=zero_count(), trace=zeros_like(params, accumulator_dtype))
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        assert_same_structure(who, updates=updates, **{"state.trace": state.trace})
+        eta = value_at(learning_rate, state.count)
+        mu = value_at(decay, state.count)
+
+        def leaf(g, v):
+            step = eta * widen(g)
+            v_new = as_stored(mu * widen(v) + step, v)
+            u = step + mu * v_new if nesterov else v_new
+            return (sign * u).astype(g.dtype), v_new.astype(v.dtype)
+
+        updates, trace = map_split(leaf, 2, updates, state.trace)
+        return updates, TraceState(count=safe_increment(state.count), trace=trace)
+
+    return GradientTransformation(init, update)
+
+
+__all__ = ["TraceState", "trace", "trace_with_lr"]

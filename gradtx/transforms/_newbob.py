@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 
 from .._checks import check_int, check_non_negative, check_one_of, check_positive, concrete
-from .._core import GradientTransformation
+from .._core import GradientTransformation, monitored_value
 from .._numerics import safe_increment
-from ._plateau import monitored_value, running_mean
+from ._plateau import running_mean
 
 _MODES = {
     "relative": "relative",

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from .._checks import check_in_range, check_int, check_non_negative
-from .._core import GradientTransformation
+from .._core import GradientTransformation, monitored_value
 from .._numerics import safe_increment
 
 _INF = float("inf")
@@ -21,21 +21,6 @@ class ReduceOnPlateauState(NamedTuple):
     cooldown_count: jax.Array  # int32, evaluations left in the cool-down
     accumulation_count: jax.Array  # int32, values gathered for the next evaluation
     avg_value: jax.Array  # float32, the mean of those values
-
-
-def monitored_value(who: str, extra_args: dict[str, Any]) -> jax.Array:
-    """The `value=` extra argument as a float32 scalar, or a `ValueError` saying how to pass it."""
-    value = extra_args.get("value")
-    if value is None:
-        raise ValueError(
-            f"{who} needs the monitored value (e.g. the loss): call "
-            "update(updates, state, params, value=loss); inside chain(...) the same keyword is "
-            "forwarded to it"
-        )
-    value = jnp.asarray(value)
-    if value.shape != ():
-        raise ValueError(f"{who}: value must be a scalar, got an array of shape {value.shape}")
-    return value.astype(jnp.float32)
 
 
 def running_mean(count: jax.Array, mean: jax.Array, value: jax.Array) -> tuple[jax.Array, ...]:

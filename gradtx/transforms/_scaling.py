@@ -1,15 +1,18 @@
-"""Scaling by constants, learning rates and schedules."""
+"""Scaling by constants, learning rates and schedules, and the learning-rate ratio helper."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 
-from .._checks import check_non_negative
-from .._core import EmptyState, GradientTransformation
-from .._numerics import safe_increment, value_at, zero_count
+from .._checks import check_non_negative, check_positive, check_scalar, concrete
+from .._core import GradientTransformation, stateless
+from .._numerics import abs_sq, safe_increment, value_at, zero_count
 from .._typing import ArrayLike, ScalarOrSchedule, Schedule
+from ._elementwise import elementwise
 
 
 def scale(step_size: ArrayLike) -> GradientTransformation:
@@ -29,16 +32,8 @@ def scale(step_size: ArrayLike) -> GradientTransformation:
             "scale_by_schedule(fn) or scale_by_learning_rate(fn)"
         )
 
-    def init(params):
-        del params
-        return EmptyState()
-
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        updates = jax.tree.map(lambda g: (step_size * g).astype(g.dtype), updates)
-        return updates, state
-
-    return GradientTransformation(init, update)
+    check_scalar("scale", "step_size", step_size)
+    return stateless(lambda u, p: jax.tree.map(lambda g: (step_size * g).astype(g.dtype), u))
 
 
 class ScaleByScheduleState(NamedTuple):
@@ -102,8 +97,63 @@ def scale_by_learning_rate(
     return _scale_by_step_value(learning_rate, -1.0 if flip_sign else 1.0)
 
 
+def lr_ratio(
+    who: str, learning_rate: ScalarOrSchedule, initial_learning_rate: ArrayLike | None
+) -> Callable[[Any], Any]:
+    r"""`count -> \eta_t / \eta_0`, validated now.
+
+    :math:`\eta_0` is `initial_learning_rate` when given, else the learning rate itself (a
+    constant, for which the ratio is exactly 1) or the schedule's value at step 0. A schedule that
+    starts at 0 (a warm-up from zero) has no usable ratio: the error asks for
+    `initial_learning_rate`.
+    """
+    check_non_negative(who, "learning_rate", learning_rate)
+    if initial_learning_rate is not None:
+        check_positive(who, "initial_learning_rate", initial_learning_rate)
+        eta0 = initial_learning_rate
+        return lambda count: value_at(learning_rate, count) / eta0
+    if not callable(learning_rate):
+        return lambda count: 1.0
+    first = concrete(learning_rate(jnp.zeros([], jnp.int32)))  # None when traced
+    if first is not None and not bool(jnp.all(first > 0)):
+        raise ValueError(
+            f"{who}: the learning-rate schedule is {first.item() if first.ndim == 0 else first} "
+            "at step 0, so eta_t / eta_0 is undefined; pass initial_learning_rate=<the base "
+            "learning rate> (nnabla's eta_0, the learning rate given to the solver)"
+        )
+    return lambda count: value_at(learning_rate, count) / value_at(learning_rate, 0)
+
+
+def normalize(eps: ArrayLike = 1e-12) -> GradientTransformation:
+    r"""Divide each gradient leaf by its L2 norm.
+
+    .. math::  u = \frac{g}{\sqrt{\max(\sum_i |g_i|^2,\ \epsilon)}}
+
+    The norm is taken over one leaf (one parameter tensor), in float32, as `tf.nn.l2_normalize`
+    does in RETURNN's `NormalizedSGD`; :math:`\epsilon` only keeps a zero gradient at zero.
+
+    Args:
+      eps: :math:`\epsilon` > 0, the smallest squared norm divided by.
+
+    Returns:
+      A `GradientTransformation` with state `ElementwiseState(count, slots={})`.
+
+    Reference: RETURNN `NormalizedSGD` (`returnn/tf/updater.py`), after
+    https://github.com/kmkolasinski/deep-learning-notes/tree/master/max-normed-optimizer.
+    """
+    who = "normalize"
+    check_positive(who, "eps", eps)
+
+    def rule(g, t):
+        del t
+        return g / jnp.sqrt(jnp.maximum(jnp.sum(abs_sq(g)), eps))
+
+    return elementwise(rule, name=who)
+
+
 __all__ = [
     "ScaleByScheduleState",
+    "normalize",
     "scale",
     "scale_by_learning_rate",
     "scale_by_schedule",

@@ -7,12 +7,13 @@ from typing import Any, Literal, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_in_range, check_one_of, check_positive
-from .._core import EmptyState, GradientTransformation
+from .._checks import check_in_range, check_non_negative, check_one_of, check_positive
+from .._core import GradientTransformation, stateless
 from .._numerics import safe_increment, widen, zero_count
 from .._typing import ArrayLike, Updates
 from ..tree import assert_same_structure, map_split, zeros_like
-from ._adam import _ema
+from ._elementwise import elementwise
+from ._moments import ema as _ema
 
 LION_MODES = ("hard", "smooth", "refined")
 
@@ -37,16 +38,7 @@ def scale_by_sign() -> GradientTransformation:
     Reference: Bernstein et al., "signSGD: Compressed Optimisation for Non-Convex Problems"
     (ICML 2018).
     """
-
-    def init(params):
-        del params
-        return EmptyState()
-
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        return jax.tree.map(jnp.sign, updates), state
-
-    return GradientTransformation(init, update)
+    return stateless(lambda updates, params: jax.tree.map(jnp.sign, updates))
 
 
 def scale_by_lion(
@@ -113,4 +105,48 @@ def scale_by_lion(
     return GradientTransformation(init, update)
 
 
-__all__ = ["LION_MODES", "ScaleByLionState", "scale_by_lion", "scale_by_sign"]
+def scale_by_sign_agreement(
+    beta1: ArrayLike = 0.9, decrease_factor: ArrayLike = 0.1, *, mu_dtype: Any = None
+) -> GradientTransformation:
+    r"""Keep the gradient where its sign agrees with its running mean, shrink it elsewhere.
+
+    .. math::
+
+      m_t = \beta_1 m_{t-1} + (1-\beta_1) g_t, \qquad
+      u_t = \begin{cases} g_t & \mathrm{sign}(g_t) = \mathrm{sign}(m_t) \\
+                          \delta\, g_t & \text{otherwise} \end{cases}
+
+    with the *new* :math:`m_t` and :math:`\mathrm{sign}(0) = 0`. RETURNN's `NeuralOptimizer1`,
+    a cheap stand-in for the rule :math:`g\, e^{\mathrm{sign}(g)\mathrm{sign}(m)}` found by neural
+    optimizer search (whose factor on disagreement is :math:`e^{-2} \approx 0.135`).
+
+    Args:
+      beta1: :math:`\beta_1` in [0, 1), decay of the running mean.
+      decrease_factor: :math:`\delta` >= 0, the factor where the signs disagree.
+      mu_dtype: dtype of the running mean (default: the params' dtype).
+
+    Returns:
+      A `GradientTransformation` with state `ElementwiseState(count, slots={"m": ...})`.
+
+    Reference: RETURNN `NeuralOptimizer1` (`returnn/tf/updater.py`); Bello et al., "Neural
+    Optimizer Search with Reinforcement Learning" (ICML 2017).
+    """
+    who = "scale_by_sign_agreement"
+    check_in_range(who, "beta1", beta1, 0.0, 1.0, high_open=True)
+    check_non_negative(who, "decrease_factor", decrease_factor)
+
+    def rule(g, m, t):
+        del t
+        m = beta1 * m + (1 - beta1) * g
+        return jnp.where(jnp.sign(g) == jnp.sign(m), g, decrease_factor * g), m
+
+    return elementwise(rule, {"m": 0.0}, slot_dtype=mu_dtype, name=who)
+
+
+__all__ = [
+    "LION_MODES",
+    "ScaleByLionState",
+    "scale_by_lion",
+    "scale_by_sign",
+    "scale_by_sign_agreement",
+]

@@ -3,13 +3,17 @@ parameter-block scaling (Adafactor)."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import jax
 import jax.numpy as jnp
 
-from .._checks import check_non_negative, check_positive
-from .._core import GradientTransformation, stateless_with_params
+from .._checks import check_non_negative, check_positive, concrete
+from .._core import GradientTransformation, require_params, stateless_with_params
 from .._masking import MaskOrFn
-from .._numerics import safe_norm, safe_rms
-from .._typing import ArrayLike
+from .._numerics import safe_increment, safe_norm, safe_rms, value_at, widen, zero_count
+from .._typing import ArrayLike, ScalarOrSchedule
+from ..tree import assert_same_structure
 
 
 def scale_by_trust_ratio(
@@ -109,4 +113,131 @@ def scale_by_param_block_norm(min_scale: ArrayLike = 1e-3) -> GradientTransforma
     return _scale_by_param_size("scale_by_param_block_norm", safe_norm, min_scale)
 
 
-__all__ = ["scale_by_param_block_norm", "scale_by_param_block_rms", "scale_by_trust_ratio"]
+class ScaleByLarsTrustRatioState(NamedTuple):
+    """State of `scale_by_lars_trust_ratio`."""
+
+    count: jax.Array  # type: ignore[assignment]  # int32, saturating (for a decay schedule)
+
+
+def scale_by_lars_trust_ratio(
+    weight_decay: ScalarOrSchedule = 0.0,
+    coefficient: ArrayLike = 1e-3,
+    eps: ArrayLike = 1e-6,
+) -> GradientTransformation:
+    r"""nnabla's LARS step direction: coupled decay scaled by a per-tensor trust ratio.
+
+    For each parameter tensor :math:`w` with gradient :math:`g`:
+
+    .. math::
+
+      x = \|g\| + \lambda \|w\| \ (+\,\epsilon \text{ if it is } < \epsilon), \qquad
+      r = \begin{cases} 1 & \|w\| < \epsilon \\ c\, \|w\| / x & \text{otherwise} \end{cases},
+      \qquad u = r\, (g + \lambda w)
+
+    Followed by `trace_with_lr(lr, momentum)` it is nnabla's `Lars`,
+    :math:`v = \gamma v + \eta r (g + \lambda w);\ w \mathrel{-}= v` (see `nnabla.lars`). It
+    differs from `scale_by_trust_ratio` (Optax's, used by `lars`) in the denominator
+    :math:`\|g\| + \lambda\|w\|` instead of :math:`\|g + \lambda w\|`, and in skipping the
+    coefficient when :math:`\|w\| < \epsilon`.
+
+    Args:
+      weight_decay: :math:`\lambda` >= 0, a float or a schedule (nnabla resets it to 0 after
+        every update unless set again, so a schedule is the way to vary it).
+      coefficient: the trust coefficient :math:`c` > 0.
+      eps: :math:`\epsilon` > 0.
+
+    Returns:
+      A `GradientTransformation` with state `ScaleByLarsTrustRatioState(count)`; it needs
+      `params`.
+
+    Reference: nnabla `Lars` (`src/nbla/solver/generic/lars.cpp`); You, Gitman & Ginsburg,
+    "Large Batch Training of Convolutional Networks" (arXiv:1708.03888, 2017).
+    """
+    who = "scale_by_lars_trust_ratio"
+    check_non_negative(who, "weight_decay", weight_decay)
+    check_positive(who, "coefficient", coefficient)
+    check_positive(who, "eps", eps)
+
+    def init(params):
+        del params
+        return ScaleByLarsTrustRatioState(count=zero_count())
+
+    def update(updates, state, params=None, **extra_args):
+        del extra_args
+        params = require_params(who, params)
+        assert_same_structure(who, updates=updates, params=params)
+        lam = value_at(weight_decay, state.count)
+
+        def leaf(g, w):
+            gw, ww = widen(g), widen(jnp.asarray(w))
+            w_norm, g_norm = safe_norm(ww), safe_norm(gw)
+            x = g_norm + lam * w_norm
+            x = jnp.where(x < eps, x + eps, x)
+            ratio = jnp.where(w_norm < eps, 1.0, coefficient * w_norm / x)
+            return (ratio * (gw + lam * ww)).astype(g.dtype)
+
+        updates = jax.tree.map(leaf, updates, params)
+        return updates, ScaleByLarsTrustRatioState(count=safe_increment(state.count))
+
+    return GradientTransformation(init, update)
+
+
+def scale_by_lamb_trust_ratio(
+    gamma_l: ArrayLike = 0.0, gamma_u: ArrayLike = 10.0, eps: ArrayLike = 1e-6
+) -> GradientTransformation:
+    r"""nnabla's LAMB trust ratio: the clipped parameter norm over the update norm.
+
+    For each parameter tensor :math:`w` with incoming update :math:`r`:
+
+    .. math::
+
+      \varphi = \mathrm{clip}(\|w\|, \gamma_l, \gamma_u), \qquad
+      u = \begin{cases} (\varphi / \|r\|)\, r & \|r\| > \epsilon \\ r & \text{otherwise}
+        \end{cases}
+
+    In nnabla's `Lamb`, :math:`r` is the Adam direction plus :math:`\lambda w` (see
+    `nnabla.lamb`). With the default :math:`\gamma_l = 0` a tensor whose norm is 0 gets
+    :math:`\varphi = 0` and never moves (zero-initialised biases stay at 0, as in nnabla); pass a
+    small positive `gamma_l` to let them move. Optax's `scale_by_trust_ratio` (used by `lamb`)
+    leaves such tensors at ratio 1 instead and does not clip.
+
+    Args:
+      gamma_l: :math:`\gamma_l` >= 0, lower clip of the parameter norm.
+      gamma_u: :math:`\gamma_u` >= `gamma_l`, upper clip of the parameter norm.
+      eps: :math:`\epsilon` >= 0, the update norm below which the ratio is 1.
+
+    Returns:
+      A stateless `GradientTransformation` (state `EmptyState`); it needs `params`.
+
+    Reference: nnabla `Lamb` (`src/nbla/solver/generic/lamb.cpp`); You et al., "Large Batch
+    Optimization for Deep Learning: Training BERT in 76 minutes" (ICLR 2020).
+    """
+    who = "scale_by_lamb_trust_ratio"
+    check_non_negative(who, "gamma_l", gamma_l)
+    check_non_negative(who, "gamma_u", gamma_u)
+    check_non_negative(who, "eps", eps)
+    low, high = concrete(gamma_l), concrete(gamma_u)
+    if low is not None and high is not None and not bool((low <= high).all()):
+        raise ValueError(
+            f"{who}: gamma_l must be <= gamma_u, got gamma_l={gamma_l!r} and gamma_u={gamma_u!r}"
+        )
+
+    def leaf(r, w):
+        rw = widen(r)
+        phi = jnp.clip(safe_norm(jnp.asarray(w)), gamma_l, gamma_u)
+        r_norm = safe_norm(rw)
+        big = r_norm > eps
+        ratio = jnp.where(big, phi / jnp.where(big, r_norm, 1.0), 1.0)
+        return (ratio * rw).astype(r.dtype)
+
+    return stateless_with_params(who, leaf)
+
+
+__all__ = [
+    "ScaleByLarsTrustRatioState",
+    "scale_by_lamb_trust_ratio",
+    "scale_by_lars_trust_ratio",
+    "scale_by_param_block_norm",
+    "scale_by_param_block_rms",
+    "scale_by_trust_ratio",
+]

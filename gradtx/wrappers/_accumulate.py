@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_int
+from .._checks import check_float_dtype, check_int, expect_state
 from .._core import GradientTransformation, _as_transformation, forward_extra_args
 from .._numerics import zero_count
 from .._typing import OptState, Updates
@@ -64,7 +64,9 @@ def accumulate_k_steps(
 
     Args:
       tx: the transformation to apply every `k` micro-steps.
-      k: the number of micro-steps per inner step, an int >= 1. `k = 1` returns `tx` itself.
+      k: the number of micro-steps per inner step, an int >= 1. With `k = 1` every call is an
+        inner step; the state has the same layout for every `k`, so a checkpoint survives a change
+        of `k`.
       average: pass the mean of the `k` gradients to `tx` (True) or their sum (False; RETURNN's
         and nnabla's behaviour, `optax.MultiSteps(use_grad_mean=False)`).
       accumulator_dtype: dtype of the accumulator (default: the params' dtype). float32 keeps bf16
@@ -80,10 +82,9 @@ def accumulate_k_steps(
     who = "accumulate_k_steps"
     tx = _as_transformation(tx, who, "tx")
     check_int(who, "k", k, minimum=1)
+    check_float_dtype(who, "accumulator_dtype", accumulator_dtype)
     if not isinstance(average, bool):
         raise ValueError(f"{who}: average must be True or False, got {average!r}")
-    if k == 1:
-        return tx
     inner_update = forward_extra_args(tx.update)
 
     def init(params):
@@ -94,11 +95,7 @@ def accumulate_k_steps(
         )
 
     def update(updates, state, params=None, **extra_args):
-        if not isinstance(state, AccumulateState):
-            raise ValueError(
-                f"{who}: expected an AccumulateState (from this wrapper's init), "
-                f"got {type(state).__name__}"
-            )
+        expect_state(who, state, AccumulateState)
         assert_same_structure(who, updates=updates, **{"state.grad_sum": state.grad_sum})
         emit = state.micro_step == k - 1
         first = state.micro_step == 0
@@ -119,7 +116,12 @@ def accumulate_k_steps(
             del grad_sum
             return jax.tree.map(jnp.zeros_like, updates), inner_state
 
-        new_updates, inner_state = jax.lax.cond(emit, inner_step, skip, grad_sum, state.inner_state)
+        if k == 1:  # every call is an inner step: no cond (the state layout stays the same)
+            new_updates, inner_state = inner_step(grad_sum, state.inner_state)
+        else:
+            new_updates, inner_state = jax.lax.cond(
+                emit, inner_step, skip, grad_sum, state.inner_state
+            )
         micro_step = jnp.where(emit, 0, state.micro_step + 1).astype(state.micro_step.dtype)
         return new_updates, AccumulateState(micro_step, grad_sum, inner_state)
 

@@ -7,8 +7,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_int
-from .._core import EmptyState, GradientTransformation, _as_transformation, forward_extra_args
+from .._checks import check_int, expect_state
+from .._core import GradientTransformation, _as_transformation, forward_extra_args, stateless
 from .._numerics import safe_increment, zero_count
 from .._typing import OptState
 from ..tree import cast_like
@@ -71,11 +71,7 @@ def apply_if_finite(
         )
 
     def update(updates, state, params=None, **extra_args):
-        if not isinstance(state, ApplyIfFiniteState):
-            raise ValueError(
-                f"{who}: expected an ApplyIfFiniteState (from this wrapper's init), "
-                f"got {type(state).__name__}"
-            )
+        expect_state(who, state, ApplyIfFiniteState)
         finite = _all_finite(updates)
         notfinite_count = jnp.where(
             finite, jnp.zeros_like(state.notfinite_count), safe_increment(state.notfinite_count)
@@ -115,16 +111,8 @@ def zero_nans() -> GradientTransformation:
     NaN only.
     """
 
-    def init(params):
-        del params
-        return EmptyState()
-
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        updates = jax.tree.map(lambda g: jnp.where(jnp.isfinite(g), g, jnp.zeros_like(g)), updates)
-        return updates, state
-
-    return GradientTransformation(init, update)
+    zero = lambda g: jnp.where(jnp.isfinite(g), g, jnp.zeros_like(g))
+    return stateless(lambda updates, params: jax.tree.map(zero, updates))
 
 
 __all__ = ["ApplyIfFiniteState", "apply_if_finite", "zero_nans"]

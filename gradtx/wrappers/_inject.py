@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._checks import expect_state
 from .._core import GradientTransformation, _as_transformation, forward_extra_args
 from .._numerics import safe_increment, zero_count
 from .._typing import OptState
@@ -173,11 +174,7 @@ def inject_hyperparams(
             return InjectHyperparamsState(count=count, hyperparams=values, inner_state=inner_state)
 
         def update(updates, state, params=None, **extra_args):
-            if not isinstance(state, InjectHyperparamsState):
-                raise ValueError(
-                    f"{who}({factory_name}): expected an InjectHyperparamsState (from this "
-                    f"wrapper's init), got {type(state).__name__}"
-                )
+            expect_state(f"{who}({factory_name})", state, InjectHyperparamsState)
             expected = set(numeric) | set(schedules)
             if set(state.hyperparams) != expected:
                 raise ValueError(

@@ -2,11 +2,13 @@
 
 `multi_transform`, `masked`, `freeze` and `lr_multipliers` run an inner transformation on a
 *pruned* tree: the leaves it does not own are None, so its state keeps no buffer for them.
-Labels, masks and multipliers are resolved at trace time into Python values per leaf.
+Labels, masks and multipliers are resolved at trace time into Python values per leaf (by the
+pattern language of `gradtx/_masking.py`); errors in them are raised by `init`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Hashable, Mapping
 from typing import Any, NamedTuple
@@ -16,11 +18,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import did_you_mean
-from .._core import EmptyState, GradientTransformation, _as_transformation, forward_extra_args
-from .._masking import MaskOrFn, resolve_mask
+from .._core import GradientTransformation, _as_transformation, forward_extra_args, stateless
+from .._masking import MaskOrFn, broadcast_prefix, resolve_mask, resolve_rules
+from .._tree_paths import assert_same_structure, map_with_path
 from .._typing import OptState
-from ..tree import assert_same_structure, map_with_path
-from ._common import NO_DEFAULT, error_context, is_leaf_value, leaf_values, pick, prune
+from ._common import error_context, pick, prune
 
 
 class MaskedState(NamedTuple):
@@ -60,22 +62,73 @@ def _run_on(who, update_fn, keep, updates, inner_state, params, extra_args):
 # --------------------------------------------------------------------------------------------
 
 
-def _is_pattern_dict(spec: Mapping, tree: Any) -> bool:
-    """A flat dict of string keys to label leaves, unless its keys are exactly the top-level keys
-    of a dict `tree` (then it is a prefix tree of labels, which means the same thing)."""
-    if not all(isinstance(k, str) for k in spec):
-        return False
-    if not all(v is not None and is_leaf_value(v) for v in spec.values()):
-        return False
-    return not (isinstance(tree, Mapping) and set(spec) == set(tree))
+@dataclasses.dataclass(frozen=True)
+class LabelsByPattern:
+    """Glob pattern -> label rules, made by `labels_by_pattern`: called on the params, it returns
+    their tree of labels (None where no pattern matches)."""
+
+    rules: Mapping[str, Hashable]
+    strict: bool = True
+
+    def __call__(self, params: Any) -> Any:
+        return resolve_rules(
+            "labels_by_pattern", "rules", self.rules, params, default=None, strict=self.strict
+        )
+
+
+def labels_by_pattern(rules: Mapping[str, Hashable], *, strict: bool = True) -> LabelsByPattern:
+    """Label parameters by glob patterns on their paths, for `multi_transform`'s `param_labels`.
+
+    Each leaf gets the label of the first pattern (in dict order) that matches its '/'-joined
+    path; a leaf that no pattern matches gets None (`multi_transform` then gives it its
+    `default_label`, or reports it). The pattern language is that of `gradtx.tree.match`
+    (docs/patterns.md). The result is a callable `params -> tree of labels`, so it also works as
+    `optax.multi_transform`'s `param_labels` (there, end with a `"**"` catch-all).
+
+    Args:
+      rules: glob pattern -> label, e.g. `{"**/bias": "no_decay", "embed/**": "sparse",
+        "**": "main"}`; the first matching pattern wins.
+      strict: a pattern that matches no parameter, or only parameters that earlier patterns
+        already took, raises a `ValueError` listing the available paths (catches typos and
+        patterns in the wrong order), at `init`. Pass False to allow it.
+
+    Returns:
+      A `LabelsByPattern`, a callable `params -> tree of labels`.
+
+    Example:
+      >>> import gradtx, jax.numpy as jnp
+      >>> labels = gradtx.labels_by_pattern({"encoder/**": "frozen", "**": "adam"})
+      >>> labels({"encoder": {"w": jnp.ones(2)}, "head": jnp.ones(2)})
+      {'encoder': {'w': 'frozen'}, 'head': 'adam'}
+    """
+    who = "labels_by_pattern"
+    if not isinstance(rules, Mapping) or not rules:
+        raise ValueError(
+            f"{who}: rules must be a non-empty dict of glob pattern -> label "
+            f"(e.g. {{'encoder/**': 'frozen', '**': 'adam'}}), got {rules!r}"
+        )
+    for pattern, label in rules.items():
+        if not isinstance(pattern, str):
+            raise ValueError(f"{who}: the keys of rules must be glob patterns, got {pattern!r}")
+        if label is None or not isinstance(label, Hashable):
+            raise ValueError(
+                f"{who}: rules[{pattern!r}] must be a label (a key of multi_transform's "
+                f"transforms), got {label!r}"
+            )
+    return LabelsByPattern(rules=dict(rules), strict=bool(strict))
+
+
+def _looks_like_globs(spec: Any) -> bool:
+    return isinstance(spec, Mapping) and any(
+        isinstance(k, str) and any(c in k for c in "*?[/") for k in spec
+    )
 
 
 def multi_transform(
     transforms: Mapping[Hashable, GradientTransformation],
-    labels: Any,
+    param_labels: Any,
     *,
     default_label: Hashable | None = None,
-    strict: bool = True,
 ) -> GradientTransformation:
     r"""Apply a different transformation to each labelled group of parameters.
 
@@ -85,24 +138,25 @@ def multi_transform(
     Args:
       transforms: label -> transformation (e.g. `{"adam": gradtx.adam(1e-3), "sgd": ...}`).
         A label that no leaf uses is allowed (its transformation sees an empty tree).
-      labels: one of
+      param_labels: the label of each parameter, as
         - a tree of labels with the params' structure, or a prefix of it
-          (`{"encoder": "adam", "head": "sgd"}` labels whole subtrees);
+          (`{"encoder": "adam", "head": "sgd"}` labels whole subtrees). A dict is always such a
+          tree, never a set of patterns;
         - a function `params -> such a tree`;
-        - a dict of glob patterns on '/'-joined parameter paths -> label, e.g.
-          `{"**/bias": "no_decay", "embed/**": "sparse", "**": "main"}`. The first pattern (in
-          dict order) that matches a path wins; see `gradtx.tree.match` for the syntax.
-      default_label: the label of leaves that no pattern matches (or whose label is None);
-        without it such leaves raise a `ValueError` listing their paths.
-      strict: a pattern that matches no leaf, or only leaves taken by earlier patterns, raises a
-        `ValueError` listing the available paths (catches typos). Pass False to allow it.
+        - `gradtx.labels_by_pattern({...})`: glob patterns on '/'-joined parameter paths ->
+          label, e.g. `labels_by_pattern({"**/bias": "no_decay", "**": "main"})` (first match
+          wins; see docs/patterns.md).
+      default_label: the label of leaves whose label is None (e.g. that no pattern of
+        `labels_by_pattern` matches); without it such leaves raise a `ValueError` listing their
+        paths.
 
     Returns:
       A `GradientTransformation` with state `MultiTransformState(inner_states)`, a dict
-      label -> inner state.
+      label -> inner state. Labelling errors (a pattern that matches nothing, an unknown label, a
+      tree that is not a prefix of the params) are raised by `init`.
 
-    Reference: `optax.multi_transform` / `optax.partition`; RETURNN's multiple optimizers
-    (per-layer `updater_opts`), PyTorch parameter groups.
+    Reference: `optax.multi_transform` / `optax.partition` (the same `param_labels` forms);
+    RETURNN's multiple optimizers (per-layer `updater_opts`), PyTorch parameter groups.
     """
     who = "multi_transform"
     if not isinstance(transforms, Mapping) or not transforms:
@@ -122,18 +176,31 @@ def multi_transform(
             f"{did_you_mean(str(default_label), [str(k) for k in known])}; labels: {known}"
         )
 
+    def labels_of(tree):
+        if callable(param_labels) and not isinstance(param_labels, Mapping):
+            with error_context(who):
+                spec = param_labels(tree)
+        else:
+            spec = param_labels
+        try:
+            return broadcast_prefix(spec, tree, who=who, what="param_labels")
+        except ValueError as e:
+            if not _looks_like_globs(spec):
+                raise
+            raise ValueError(
+                f"{e}. A dict of labels is a tree (or prefix tree) of the params; to label them by "
+                f"glob patterns, pass gradtx.labels_by_pattern({dict(spec)!r})"
+            ) from None
+
     def resolve(tree):
-        default = NO_DEFAULT if default_label is None else default_label
-        per_leaf = leaf_values(
-            who, "labels", labels, tree, default=default, strict=strict, is_rules=_is_pattern_dict
-        )
+        per_leaf = labels_of(tree)
         pairs: list[tuple[str, Any]] = []
         map_with_path(lambda path, _, lab: pairs.append((path, lab)), tree, per_leaf)
         unlabelled = [path for path, lab in pairs if lab is None]
         if unlabelled and default_label is None:
             raise ValueError(
-                f"{who}: these parameters have no label: {unlabelled}; "
-                "label them or pass default_label"
+                f"{who}: these parameters have no label: {unlabelled}; label them (with "
+                "labels_by_pattern, e.g. a '**' pattern last) or pass default_label"
             )
         if unlabelled:
             per_leaf = jax.tree.map(
@@ -264,16 +331,14 @@ def freeze(
     who = "freeze"
     if tx is None:
 
-        def init_stateless(params):
-            del params
-            return EmptyState()
-
-        def update_stateless(updates, state, params=None, **extra_args):
-            del params, extra_args
+        def zero_frozen(updates, params):
             frozen = resolve_mask(who, mask, updates, strict=strict)
-            return jax.tree.map(lambda f, u: jnp.zeros_like(u) if f else u, frozen, updates), state
+            return jax.tree.map(lambda f, u: jnp.zeros_like(u) if f else u, frozen, updates)
 
-        return GradientTransformation(init_stateless, update_stateless)
+        # pattern errors are reported at init, where the params are known
+        return stateless(
+            zero_frozen, validate=lambda params: resolve_mask(who, mask, params, strict=strict)
+        )
 
     tx = _as_transformation(tx, who, "tx")
     update_fn = forward_extra_args(tx.update)
@@ -325,16 +390,13 @@ def _scale_leaf(factor: float, u: jax.Array) -> jax.Array:
 
 
 def _stateless_factors(who: str, rules, default, strict) -> GradientTransformation:
-    def init(params):
-        del params
-        return EmptyState()
+    def resolve(tree):
+        return resolve_rules(who, "rules", rules, tree, default=default, strict=strict)
 
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        factors = leaf_values(who, "rules", rules, updates, default=default, strict=strict)
-        return jax.tree.map(_scale_leaf, factors, updates), state
-
-    return GradientTransformation(init, update)
+    return stateless(
+        lambda updates, params: jax.tree.map(_scale_leaf, resolve(updates), updates),
+        validate=resolve,  # pattern errors at init, where the params are known
+    )
 
 
 def lr_multipliers(
@@ -377,7 +439,7 @@ def lr_multipliers(
     update_fn = forward_extra_args(tx.update)
 
     def multipliers(tree):
-        return leaf_values(who, "rules", rules, tree, default=default, strict=strict)
+        return resolve_rules(who, "rules", rules, tree, default=default, strict=strict)
 
     def init(params):
         keep = jax.tree.map(lambda m: m != 0, multipliers(params))
@@ -428,9 +490,11 @@ def scale_gradient_by(
 
 
 __all__ = [
+    "LabelsByPattern",
     "MaskedState",
     "MultiTransformState",
     "freeze",
+    "labels_by_pattern",
     "lr_multipliers",
     "masked",
     "multi_transform",

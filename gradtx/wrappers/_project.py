@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._checks import check_positive, concrete
-from .._core import EmptyState, GradientTransformation, require_params
+from .._core import GradientTransformation, require_params, stateless
 from .._typing import ArrayLike, Params, PyTree
 from ..tree import assert_same_structure, norm
 from ._common import is_leaf_value
@@ -25,17 +25,12 @@ def _candidate(p: Any, u: jax.Array) -> jax.Array:
 def _projection(who: str, leaf_fn: Callable[..., Any]) -> GradientTransformation:
     """A stateless transformation whose update is `leaf_fn(params, updates) -> new updates`."""
 
-    def init(params):
-        del params
-        return EmptyState()
-
-    def update(updates, state, params=None, **extra_args):
-        del extra_args
+    def fn(updates, params):
         params = require_params(who, params)
         assert_same_structure(who, updates=updates, params=params)
-        return leaf_fn(params, updates), state
+        return leaf_fn(params, updates)
 
-    return GradientTransformation(init, update)
+    return stateless(fn)
 
 
 def project(fn: Callable[[Params], Params]) -> GradientTransformation:

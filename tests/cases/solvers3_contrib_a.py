@@ -1,5 +1,71 @@
-"""Table cases for Solvers III (issue 11): filled by the family's module."""
+"""Table cases for `gradtx.contrib`, part A (issue 11): Muon, schedule-free, Prodigy,
+D-Adaptation, DoG / DoWG, Mechanic and COCOB.
+
+The generic tests measure the loss at the params the optimizer returns. For the schedule-free
+optimizers those are the gradient points y (an interpolation of the average x and the base
+iterate z), which converge with x and z, so the same tests apply; evaluation at x
+(`schedule_free_eval_params`) is tested in tests/contrib/test_contrib_a.py.
+"""
+
+import gradtx
+from gradtx import contrib
 
 from ..optimizer_table import OptCase
 
-CASES: list[OptCase] = []
+CASES = [
+    OptCase(
+        "muon",
+        contrib.muon,
+        # Orthogonalised steps do not shrink near the minimum: a decaying learning rate.
+        {"learning_rate": lambda t: 0.1 / (1.0 + 0.05 * t)},
+        # Rosenbrock's single 1-D leaf goes to Muon's AdamW half.
+        rosenbrock_kwargs={"learning_rate": 3e-3},
+    ),
+    OptCase(
+        "schedule_free_adamw",
+        contrib.schedule_free_adamw,
+        {"learning_rate": 0.05, "warmup_steps": 10},
+        rosenbrock_kwargs={"learning_rate": 1e-2, "warmup_steps": None},
+    ),
+    OptCase(
+        "schedule_free_sgd",
+        contrib.schedule_free_sgd,
+        {"learning_rate": 0.2, "weight_decay": 1e-4},
+        rosenbrock_kwargs={"learning_rate": 2e-3, "b1": 0.5, "weight_decay": None},
+    ),
+    OptCase(
+        "schedule_free",
+        contrib.schedule_free,
+        {"base_optimizer": gradtx.adam(0.05, b1=0.0), "learning_rate": 0.05},
+        rosenbrock_kwargs={"base_optimizer": gradtx.adam(3e-3, b1=0.0), "learning_rate": 3e-3},
+    ),
+    OptCase("prodigy", contrib.prodigy, {}),
+    OptCase(
+        "dadapt_adamw", contrib.dadapt_adamw, {}, rosenbrock_kwargs={"learning_rate": 0.3}
+    ),
+    # The parameter-free methods crawl along Rosenbrock's curved valley: more steps.
+    OptCase(
+        "dog",
+        contrib.dog,
+        {},
+        rosenbrock_kwargs={"init_step": ("learning_rate", 3e-3)},
+        rosenbrock_steps=5000,
+    ),
+    OptCase(
+        "dowg",
+        contrib.dowg,
+        {},
+        rosenbrock_kwargs={"init_estim_sq_dist": 0.1},
+        rosenbrock_steps=5000,
+    ),
+    OptCase(
+        "mechanize",
+        contrib.mechanize,
+        {"base_optimizer": gradtx.adam(0.1)},
+        rosenbrock_kwargs={"base_optimizer": gradtx.adam(1.0), "s_init": 1e-3},
+        rosenbrock_steps=30000,
+    ),
+    OptCase(
+        "cocob", contrib.cocob, {}, rosenbrock_kwargs={"alpha": 10.0}, rosenbrock_steps=10000
+    ),
+]

@@ -10,7 +10,7 @@ import pytest
 
 import gradtx
 
-from ..helpers import compare_transformations, grad_sequence, mixed_params
+from ..helpers import grad_sequence, mixed_params
 from ..optax_reference import compare_to_optax, with_modes
 
 
@@ -120,63 +120,6 @@ def test_adadelta_without_learning_rate_is_the_paper_step_and_descends():
     tx = gradtx.adadelta()
     updates, _ = tx.update(params, tx.init(params), params)  # gradient of |w|^2 / 2
     assert bool(jnp.all(jnp.sign(updates["w"]) == -jnp.sign(params["w"])))
-
-
-# (id, alias, the same optimizer as a chain of public primitives written by hand)
-CHAINS = [
-    (
-        "adagrad",
-        lambda: gradtx.adagrad(_lr, 0.2, 1e-6),
-        lambda: gradtx.chain(gradtx.scale_by_rss(0.2, 1e-6), gradtx.scale_by_learning_rate(_lr)),
-    ),
-    (
-        "adadelta",
-        lambda: gradtx.adadelta(0.5, 0.8, 1e-5, 0.01, "!**/bias"),
-        lambda: gradtx.chain(
-            gradtx.weight_decay(0.01, "!**/bias"),
-            gradtx.scale_by_adadelta(0.8, 1e-5),
-            gradtx.scale_by_learning_rate(0.5),
-        ),
-    ),
-    (
-        "rmsprop_centered_momentum",
-        lambda: gradtx.rmsprop(_lr, 0.8, 1e-5, centered=True, momentum=0.5, nesterov=True),
-        lambda: gradtx.chain(
-            gradtx.scale_by_stddev(0.8, 1e-5),
-            gradtx.scale_by_learning_rate(_lr),
-            gradtx.trace(0.5, nesterov=True),
-        ),
-    ),
-    (
-        "rmsprop",
-        lambda: gradtx.rmsprop(0.01, eps_in_sqrt=False),
-        lambda: gradtx.chain(
-            gradtx.scale_by_rms(eps_in_sqrt=False),
-            gradtx.scale_by_learning_rate(0.01),
-            gradtx.identity(),
-        ),
-    ),
-    (
-        "adafactor",
-        lambda: gradtx.adafactor(
-            _lr, min_dim_size_to_factor=2, momentum=0.8, weight_decay_rate=_decay
-        ),
-        lambda: gradtx.chain(
-            gradtx.scale_by_factored_rms(True, 0.8, 0, 2, 1e-30),
-            gradtx.clip_by_block_rms(1.0),
-            gradtx.scale_by_learning_rate(_lr, flip_sign=False),
-            gradtx.scale_by_param_block_rms(),
-            gradtx.chain(gradtx.scale(1 - 0.8), gradtx.trace(0.8, accumulator_dtype=jnp.float32)),
-            gradtx.weight_decay(_decay),
-            gradtx.scale(-1),
-        ),
-    ),
-]
-
-
-@pytest.mark.parametrize(("alias", "by_hand"), [c[1:] for c in CHAINS], ids=[c[0] for c in CHAINS])
-def test_alias_equals_its_chain(alias, by_hand):
-    compare_transformations(alias(), by_hand(), rtol=0, atol=0, steps=10, jit=False)
 
 
 @pytest.mark.parametrize(

@@ -23,13 +23,23 @@ MODULES = [
     importlib.import_module(f"gradtx.optimizers.{info.name}")
     for info in pkgutil.iter_modules(gradtx.optimizers.__path__)
 ]
-ALIASES = [name for module in MODULES for name in module.__all__]
+# and the seed systems' namespaces, whose aliases are named with their namespace
+ALIASES = [name for module in MODULES for name in module.__all__] + [
+    f"{ns}.{name}" for ns in ("nnabla", "returnn") for name in getattr(gradtx, ns).__all__
+]
+
+
+def _factory(name):
+    obj = gradtx
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 @pytest.mark.parametrize("name", ALIASES)
 def test_a_negative_learning_rate_names_the_alias(name):
     with pytest.raises(ValueError) as info:
-        getattr(gradtx, name)(-1.0)
+        _factory(name)(-1.0)
     message = str(info.value)
     assert message.startswith(f"{name}: "), message
     assert "learning_rate must be >= 0, got -1.0" in message

@@ -10,7 +10,7 @@ import pytest
 
 import gradtx
 
-from ..helpers import compare_transformations, grad_sequence, mixed_params
+from ..helpers import grad_sequence, mixed_params
 from ..optax_reference import compare_to_optax, with_modes
 
 
@@ -62,35 +62,6 @@ def test_matches_optax(key, ours, reference, jit):
     compare_to_optax(
         ours(), reference(), jit=jit, reference_key=f"{__name__}:{key}", reference_jit=False
     )
-
-
-CHAINS = [
-    (
-        "lamb",
-        lambda: gradtx.lamb(_lr, 0.8, 0.99, 1e-5, 1e-8, _decay, "!**/bias"),
-        lambda: gradtx.chain(
-            gradtx.scale_by_adam(0.8, 0.99, 1e-5, 1e-8),
-            gradtx.weight_decay(_decay, "!**/bias"),
-            gradtx.scale_by_trust_ratio(),
-            gradtx.scale_by_learning_rate(_lr),
-        ),
-    ),
-    (
-        "lars",
-        lambda: gradtx.lars(0.3, 1e-3, "!**/bias", 0.01, 1e-6, "!**/bias", 0.8, True),
-        lambda: gradtx.chain(
-            gradtx.weight_decay(1e-3, "!**/bias"),
-            gradtx.scale_by_trust_ratio(trust_coefficient=0.01, eps=1e-6, mask="!**/bias"),
-            gradtx.scale_by_learning_rate(0.3),
-            gradtx.trace(0.8, nesterov=True),
-        ),
-    ),
-]
-
-
-@pytest.mark.parametrize(("alias", "by_hand"), [c[1:] for c in CHAINS], ids=[c[0] for c in CHAINS])
-def test_alias_equals_its_chain(alias, by_hand):
-    compare_transformations(alias(), by_hand(), rtol=0, atol=0, steps=10, jit=False)
 
 
 def test_lars_trust_ratio_mask_exempts_leaves():

@@ -25,13 +25,6 @@ def test_sgd_matches_optax(use_jit, kwargs, lr):
     compare_transformations(gradtx.sgd(lr, **kwargs), optax.sgd(lr, **kwargs), jit=use_jit)
 
 
-def test_sgd_equals_its_chain():
-    by_hand = gradtx.chain(gradtx.trace(0.9, nesterov=True), gradtx.scale_by_learning_rate(0.05))
-    compare_transformations(
-        gradtx.sgd(0.05, momentum=0.9, nesterov=True), by_hand, rtol=0, atol=0, steps=50
-    )
-
-
 def test_sgd_invalid_arguments():
     with pytest.raises(ValueError, match="sgd: nesterov=True needs a momentum value"):
         gradtx.sgd(0.1, nesterov=True)

@@ -60,46 +60,6 @@ def test_lion_with_schedules_and_custom_hyperparameters_matches_optax(jit):
     )
 
 
-def test_aliases_equal_their_hand_written_chains():
-    params = {"w": jnp.asarray(np.random.default_rng(0).normal(size=(3, 2)), jnp.float32)}
-    params["b"] = jnp.ones(2)
-    grads = jax.tree.map(lambda *g: jnp.stack(g), *grad_sequence(params, 3))
-    pairs = {
-        "sign_sgd": (
-            gradtx.sign_sgd(LR),
-            gradtx.chain(gradtx.scale_by_sign(), gradtx.scale_by_learning_rate(LR)),
-        ),
-        "lion": (
-            gradtx.lion(LR, 0.8, 0.95, jnp.bfloat16, WD, MASK),
-            gradtx.chain(
-                gradtx.scale_by_lion(0.8, 0.95, mu_dtype=jnp.bfloat16),
-                gradtx.weight_decay(WD, MASK),
-                gradtx.scale_by_learning_rate(LR),
-            ),
-        ),
-    }
-
-    @jax.jit
-    def run_all(params, stacked_grads):
-        def body(carry, g):
-            new = {}
-            for name, txs in pairs.items():
-                new[name] = []
-                for tx, (p, s) in zip(txs, carry[name], strict=True):
-                    u, s = tx.update(g, s, p)
-                    new[name].append((gradtx.apply_updates(p, u), s))
-            return new, None
-
-        start = {name: [(params, tx.init(params)) for tx in txs] for name, txs in pairs.items()}
-        return jax.lax.scan(body, start, stacked_grads)[0]
-
-    for name, (alias_run, chain_run) in run_all(params, grads).items():
-        assert jax.tree.structure(alias_run) == jax.tree.structure(chain_run), name
-        for a, b in zip(jax.tree.leaves(alias_run), jax.tree.leaves(chain_run), strict=True):
-            assert a.dtype == b.dtype, name
-            np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
-
-
 @pytest.mark.parametrize(
     ("make", "message"),
     [

@@ -123,20 +123,25 @@ def test_masked_leaves_are_left_exactly_unchanged():
     np.testing.assert_array_equal(updates["b"], grads["b"])
 
 
-def test_a_pattern_that_matches_nothing_raises_with_the_available_paths():
+@pytest.mark.parametrize("step", ["init", "update"])
+def test_a_pattern_that_matches_nothing_raises_at_init_with_the_available_paths(step):
     params = {"dense": {"kernel": jnp.ones(2), "bias": jnp.ones(2)}}
     tx = gradtx.weight_decay(0.1, mask="dense/kernal")
-    with pytest.raises(
-        ValueError, match=r"weight_decay: .*'dense/kernal' matches no parameter.*dense/kernel"
-    ):
-        tx.update(params, tx.init(params), params)
+    error = r"^weight_decay: pattern 'dense/kernal' matches no parameter.*dense/kernel"
+    if step == "init":
+        with pytest.raises(ValueError, match=error):
+            tx.init(params)
+    else:  # a state from elsewhere (a checkpoint): update checks too
+        state = gradtx.weight_decay(0.1).init(params)
+        with pytest.raises(ValueError, match=error):
+            tx.update(params, state, params)
 
 
-def test_non_boolean_mask_leaves_raise():
+def test_non_boolean_mask_leaves_raise_at_init():
     params = {"w": jnp.ones(2)}
     tx = gradtx.weight_decay(0.1, mask={"w": 1.0})
     with pytest.raises(ValueError, match="weight_decay: mask leaves must be booleans"):
-        tx.update(params, tx.init(params), params)
+        tx.init(params)
 
 
 def test_needs_params_and_rejects_negative_rates():

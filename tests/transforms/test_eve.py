@@ -154,9 +154,9 @@ def test_missing_value_raises_with_the_fix():
     with pytest.raises(ValueError) as info:
         tx.update(g, tx.init(params), params)
     message = str(info.value)
-    assert message.startswith("scale_by_eve needs the current loss: call update(grads, state, ")
-    assert "value=loss" in message and "got no value" in message
-    with pytest.raises(ValueError, match="scale_by_eve needs the current loss"):
+    assert message.startswith("scale_by_eve needs the monitored value (e.g. the loss): call ")
+    assert "update(grads, state, params, value=loss)" in message and "got no value" in message
+    with pytest.raises(ValueError, match="scale_by_eve needs the monitored value"):
         jax.jit(lambda g, s: tx.update(g, s, params))(g, tx.init(params))
 
 
@@ -166,7 +166,7 @@ def test_non_scalar_value_raises():
     with pytest.raises(ValueError) as info:
         tx.update(params, tx.init(params), value=jnp.ones(3))
     assert str(info.value) == (
-        "scale_by_eve: value must be the scalar loss, got an array of shape (3,) (reduce it, "
+        "scale_by_eve: value must be a scalar, got an array of shape (3,) (reduce it, "
         "e.g. with .mean(), first)"
     )
 

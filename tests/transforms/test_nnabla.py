@@ -163,8 +163,8 @@ def test_lamb_trust_ratio_edge_cases():
          "scale_by_lamb_trust_ratio: gamma_l must be <= gamma_u, got gamma_l=2.0 and gamma_u=1.0"),
         (gradtx.scale_by_adam_eps_hat, {"b2": 1.0},
          "scale_by_adam_eps_hat: b2 must be in [0.0, 1.0), got 1.0"),
-        (gradtx.scale_by_adabelief, {"eps": -1.0},
-         "scale_by_adabelief: eps must be >= 0, got -1.0"),
+        (gradtx.scale_by_belief, {"eps": -1.0},
+         "scale_by_belief: eps must be >= 0, got -1.0"),
     ],
 )  # fmt: skip
 def test_invalid_hyperparameters_raise(factory, kwargs, message):
@@ -182,7 +182,7 @@ def test_trust_ratios_need_params():
 
 def test_adabelief_state_layouts():
     params = mixed_params()
-    assert isinstance(gradtx.scale_by_adabelief().init(params), gradtx.ScaleByBeliefState)
-    ams = gradtx.scale_by_adabelief(amsgrad=True, nu_dtype=jnp.bfloat16).init(params)
+    assert isinstance(gradtx.scale_by_belief().init(params), gradtx.ScaleByBeliefState)
+    ams = gradtx.scale_by_belief(amsgrad=True, nu_dtype=jnp.bfloat16).init(params)
     assert isinstance(ams, gradtx.ScaleByAmsgradState)
     assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(ams.nu_max))

@@ -14,7 +14,6 @@ import optax.contrib
 import pytest
 
 import gradtx
-from gradtx import schedules as S
 
 from ..helpers import mixed_params
 
@@ -86,7 +85,7 @@ CONFIGS = [
 @pytest.mark.parametrize("config", CONFIGS)
 def test_matches_optax_on_positive_losses(config):
     values = loss_sequence()
-    _, ours = drive(S.reduce_on_plateau(**config), values)
+    _, ours = drive(gradtx.reduce_on_plateau(**config), values)
     _, theirs = drive(optax.contrib.reduce_on_plateau(**config), values)
     np.testing.assert_allclose(ours, theirs, rtol=1e-6)
     assert ours[-1] < 1.0  # the sequence does plateau: the comparison is not vacuous
@@ -307,7 +306,7 @@ def test_newbob_accumulates_an_epoch_over_several_calls():
 
 
 def test_newbob_state_and_errors():
-    tx = gradtx.schedules.newbob("newbob_multi_epoch", num_epochs=4)
+    tx = gradtx.newbob("newbob_multi_epoch", num_epochs=4)
     state = tx.init(PARAMS)
     assert isinstance(state, gradtx.NewbobState) and state.relative_errors.shape == (4,)
     with pytest.raises(ValueError, match=r"newbob needs the monitored value"):

@@ -52,9 +52,13 @@ def test_matches_optax_multisteps():
         assert_trees_close(a, b, 1e-6, 1e-7, msg=f"micro-step {i}")
 
 
-def test_k1_is_the_inner_transformation():
+def test_k1_wraps_the_inner_transformation_with_the_same_state_layout():
+    # k = 1 used to return `tx` itself, so changing k changed the state tree (issue 10, defect 5)
     tx = _adam()
-    assert gradtx.accumulate_k_steps(tx, 1) is tx
+    params = mixed_params()
+    one, four = gradtx.accumulate_k_steps(tx, 1), gradtx.accumulate_k_steps(tx, 4)
+    assert one is not tx
+    assert jax.tree.structure(one.init(params)) == jax.tree.structure(four.init(params))
 
 
 def test_state_holds_one_extra_buffer_per_leaf():

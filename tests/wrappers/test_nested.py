@@ -14,7 +14,7 @@ from ..helpers import grad_sequence, mixed_params, run
 
 K = 2
 MASK = "**/kernel"  # inside group "a", only kernels get Adam; the rest of "a" passes through
-LABELS = {"dense/**": "a", "layers/1/**": "a", "**": "b"}
+LABELS = gradtx.labels_by_pattern({"dense/**": "a", "layers/1/**": "a", "**": "b"})
 
 
 def _nested():
@@ -30,7 +30,7 @@ def _flat(tree):
 
 def _alone(tx, grads, paths):
     ups, _, _ = run(
-        tx, {p: jnp.zeros(()) for p in paths}, [{p: g[p] for p in paths} for g in grads]
+        tx, {p: jnp.zeros_like(grads[0][p]) for p in paths}, [{p: g[p] for p in paths} for g in grads]
     )
     return ups
 
@@ -93,7 +93,10 @@ def test_mismatched_trees_name_every_wrapper_and_the_path():
 
     # without the accumulator, the innermost transformation's error carries every wrapper's name
     inner = gradtx.apply_if_finite(
-        gradtx.multi_transform({"a": gradtx.masked(gradtx.adam(0.05), MASK)}, {"**": "a"}), 2
+        gradtx.multi_transform(
+            {"a": gradtx.masked(gradtx.adam(0.05), MASK)}, gradtx.labels_by_pattern({"**": "a"})
+        ),
+        2,
     )
     state = inner.init(params)
     grown = {**params, "dense": {**params["dense"], "k2": jnp.ones(1)}}

@@ -61,7 +61,9 @@ def test_multi_transform_groups_equal_their_optimizer_alone(form):
     labels = {
         "tree": _labels_tree(params),
         "callable": _labels_tree,
-        "patterns": {"dense/kernel": "adam", "**/w": "adam", "pair/b/1": "adam", "**": "sgd"},
+        "patterns": gradtx.labels_by_pattern(
+            {"dense/kernel": "adam", "**/w": "adam", "pair/b/1": "adam", "**": "sgd"}
+        ),
         "prefix": None,
     }[form]
     groups = [(_clipped_adam(), ADAM_PATHS)]
@@ -122,7 +124,7 @@ def test_first_matching_pattern_wins_and_default_label():
     params = {"a": {"w": jnp.ones(2), "b": jnp.ones(2)}, "c": jnp.ones(2)}
     tx = gradtx.multi_transform(
         {"zero": gradtx.freeze(True), "sgd": gradtx.sgd(1.0)},
-        {"a/b": "zero", "a/*": "sgd"},
+        gradtx.labels_by_pattern({"a/b": "zero", "a/*": "sgd"}),
         default_label="zero",
     )
     u, _ = tx.update(jax.tree.map(jnp.ones_like, params), tx.init(params), params)
@@ -131,36 +133,98 @@ def test_first_matching_pattern_wins_and_default_label():
     np.testing.assert_array_equal(u["c"], 0.0)  # default label
 
 
-def test_label_errors():
+def test_label_errors_are_raised_at_init():
     params = {"enc": {"w": jnp.ones(2)}, "head": {"w": jnp.ones(2), "b": jnp.ones(1)}}
     txs = {"adam": gradtx.adam(0.1), "sgd": gradtx.sgd(0.1)}
+    by = gradtx.labels_by_pattern
     with pytest.raises(
         ValueError,
-        match=r"multi_transform: pattern 'encoder/\*\*' in labels "
+        match=r"^multi_transform: labels_by_pattern: pattern 'encoder/\*\*' in rules "
         r"matches no parameter.*available paths: \['enc/w', 'head/b', 'head/w'\]",
     ):
-        gradtx.multi_transform(txs, {"encoder/**": "adam", "**": "sgd"}).init(params)
+        gradtx.multi_transform(txs, by({"encoder/**": "adam", "**": "sgd"})).init(params)
     # strict=False accepts it
-    gradtx.multi_transform(txs, {"encoder/**": "adam", "**": "sgd"}, strict=False).init(params)
+    gradtx.multi_transform(txs, by({"encoder/**": "adam", "**": "sgd"}, strict=False)).init(params)
     with pytest.raises(ValueError, match=r"only matches paths that earlier patterns already took"):
-        gradtx.multi_transform(txs, {"**": "sgd", "enc/**": "adam"}).init(params)
-    with pytest.raises(ValueError, match=r"no pattern in labels matches \['head/b', 'head/w'\]"):
-        gradtx.multi_transform(txs, {"enc/**": "adam"}).init(params)
+        gradtx.multi_transform(txs, by({"**": "sgd", "enc/**": "adam"})).init(params)
+    with pytest.raises(ValueError, match=r"these parameters have no label: \['head/b', 'head/w'\]"):
+        gradtx.multi_transform(txs, by({"enc/**": "adam"})).init(params)
     with pytest.raises(ValueError, match=r"label 'adma'.*did you mean 'adam'"):
-        gradtx.multi_transform(txs, {"**": "adma"}).init(params)
+        gradtx.multi_transform(txs, by({"**": "adma"})).init(params)
     with pytest.raises(ValueError, match=r"these parameters have no label: \['head/b'\]"):
         gradtx.multi_transform(
             txs, lambda p: {"enc": "adam", "head": {"w": "sgd", "b": None}}
         ).init(params)
     with pytest.raises(ValueError, match=r"default_label 'sdg'.*did you mean 'sgd'"):
-        gradtx.multi_transform(txs, {"**": "sgd"}, default_label="sdg")
+        gradtx.multi_transform(txs, by({"**": "sgd"}), default_label="sdg")
     with pytest.raises(
         ValueError,
-        match=r"multi_transform: labels must have the params' tree structure or be a prefix of "
-        r"it; they differ at 'head': labels has a dict with keys \['w'\], params have a dict "
-        r"with keys \['b', 'w'\]",
+        match=r"multi_transform: param_labels must have the params' tree structure or be a "
+        r"prefix of it; they differ at 'head': param_labels has a dict with keys \['w'\], "
+        r"params have a dict with keys \['b', 'w'\]",
     ):
         gradtx.multi_transform(txs, {"enc": "adam", "head": {"w": "sgd"}}).init(params)
+
+
+def test_a_dict_of_labels_is_always_a_tree_never_patterns():
+    # Today's guess read these keys as globs; a dict is a (prefix) tree of labels.
+    params = {"encoder": {"w": jnp.ones(2)}, "head": {"w": jnp.ones(2)}, "embed": jnp.ones(3)}
+    txs = {"a": gradtx.sgd(0.1), "b": gradtx.sgd(1.0)}
+    with pytest.raises(
+        ValueError,
+        match=r"^multi_transform: param_labels must have the params' tree structure or be a "
+        r"prefix of it; they differ at the root: param_labels has a dict with keys "
+        r"\['encoder', 'head'\], params have a dict with keys \['embed', 'encoder', 'head'\]$",
+    ):
+        gradtx.multi_transform(txs, {"encoder": "a", "head": "b"}).init(params)
+    # the same keys as the params: a prefix tree
+    tx = gradtx.multi_transform(txs, {"encoder": "a", "head": "b", "embed": "a"})
+    u, _ = tx.update(params, tx.init(params))
+    np.testing.assert_allclose(u["head"]["w"], -1.0)
+    np.testing.assert_allclose(u["encoder"]["w"], -0.1)
+    # glob-looking keys are not guessed either: the error says how to use patterns
+    with pytest.raises(
+        ValueError,
+        match=r"they differ at the root.*to label them by glob patterns, pass "
+        r"gradtx.labels_by_pattern\(\{'encoder/\*\*': 'a', '\*\*': 'b'\}\)",
+    ):
+        gradtx.multi_transform(txs, {"encoder/**": "a", "**": "b"}).init(params)
+
+
+def test_labels_by_pattern_is_a_callable_that_optax_accepts_too():
+    params = mixed_params()
+    labels = gradtx.labels_by_pattern({"dense/**": "adam", "**/w": "adam", "**": "sgd"})
+    assert jax.tree.leaves(labels(params)) == [
+        "sgd" if p not in [*ADAM_PATHS[:2], "dense/bias"] else "adam"
+        for p in gradtx.tree.paths(params)
+    ]
+    ours, _, _ = run(
+        gradtx.multi_transform({"adam": gradtx.adam(0.05), "sgd": _momentum()}, labels),
+        params,
+        grad_sequence(params, 5),
+    )
+    ref, _, _ = run(
+        optax.multi_transform({"adam": optax.adam(0.05), "sgd": optax.sgd(0.1, 0.9)}, labels),
+        params,
+        grad_sequence(params, 5),
+    )
+    for i, (a, b) in enumerate(zip(ours, ref, strict=True)):
+        assert_trees_close(a, b, 1e-6, 1e-7, msg=f"step {i}")
+
+
+@pytest.mark.parametrize(
+    ("rules", "message"),
+    [
+        ({}, "rules must be a non-empty dict"),
+        ([("**", "a")], "rules must be a non-empty dict"),
+        ({1: "a"}, "the keys of rules must be glob patterns, got 1"),
+        ({"**": None}, r"rules\['\*\*'\] must be a label .*got None"),
+        ({"**": ["a"]}, r"rules\['\*\*'\] must be a label .*got \['a'\]"),
+    ],
+)
+def test_labels_by_pattern_validates_eagerly(rules, message):
+    with pytest.raises(ValueError, match=rf"^labels_by_pattern: {message}"):
+        gradtx.labels_by_pattern(rules)
 
 
 def test_masked_matches_optax_and_passes_others_through():

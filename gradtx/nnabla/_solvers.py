@@ -1,6 +1,15 @@
-"""nnabla's Adam-family solvers whose update rules differ from the Optax-style aliases: `Adam`,
-`AdamW` and `AMSGRAD` (ε before the bias corrections), `Lamb` (no bias correction, clipped
-parameter norm) and `AdaBelief` (its options). See `_nnabla.py` for the momentum-SGD ones.
+"""nnabla's solvers whose update rules differ from the Optax-style aliases of the same name.
+
+`gradtx.nnabla.adam`, `adamw` and `amsgrad` put ε before the bias corrections (the ε-hat form of
+`scale_by_adam_eps_hat`); `lamb` has no bias correction by default and clips the parameter norm;
+`adabelief` has nnabla's options; `momentum` and `lars` keep the learning rate inside the
+momentum buffer (`trace_with_lr`). Each is a `chain` of public primitives with nnabla's defaults;
+its docstring gives nnabla's rule and, where nnabla has a known bug, how and why this differs.
+
+nnabla's `Sgd`, `Adagrad`, `Adadelta`, `RMSprop`, `AMSGRAD` (default), `Adamax` and `Lion` match
+the top-level aliases with the settings given in their docstrings; `SgdW`, `RMSpropGraves`,
+`AdaBound` / `AMSBound` are the top-level `sgdw`, `rmsprop_graves`, `adabound` / `amsbound`, and
+nnabla's missing `Eve` is `eve`.
 """
 
 from __future__ import annotations
@@ -11,19 +20,17 @@ from .._checks import alias_errors
 from .._core import GradientTransformation, chain
 from .._masking import MaskOrFn
 from .._typing import ArrayLike, ScalarOrSchedule
-from ..transforms._adam import scale_by_adam
-from ..transforms._adam_eps_hat import scale_by_adam_eps_hat
+from ..transforms._adam import scale_by_adam, scale_by_adam_eps_hat
+from ..transforms._adam_variants import scale_by_belief
 from ..transforms._decay import weight_decay as weight_decay_tx
-from ..transforms._nnabla import (
-    scale_by_adabelief,
-    scale_by_lamb_trust_ratio,
-    weight_decay_by_lr_ratio,
-)
+from ..transforms._decay import weight_decay_by_lr_ratio
+from ..transforms._momentum import trace_with_lr
 from ..transforms._scaling import scale, scale_by_learning_rate
+from ..transforms._trust_ratio import scale_by_lamb_trust_ratio, scale_by_lars_trust_ratio
 
 
-@alias_errors
-def adam_nnabla(
+@alias_errors(name="nnabla.adam")
+def adam(
     learning_rate: ScalarOrSchedule = 1e-3,
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.999,
@@ -55,7 +62,7 @@ def adam_nnabla(
 
     Example:
       >>> import jax.numpy as jnp, numpy as np, gradtx
-      >>> tx = gradtx.adam_nnabla(0.1, eps=0.1)
+      >>> tx = gradtx.nnabla.adam(0.1, eps=0.1)
       >>> state = tx.init({"w": jnp.zeros(2)})
       >>> updates, state = tx.update({"w": jnp.array([1.0, -1.0])}, state)
       >>> print(np.asarray(updates["w"]).round(4))  # gradtx.adam(0.1, eps=0.1) gives 0.0909
@@ -69,8 +76,8 @@ def adam_nnabla(
     )
 
 
-@alias_errors(renamed={"weight_decay_by_lr_ratio: rate": "weight_decay"})
-def adamw_nnabla(
+@alias_errors(name="nnabla.adamw", renamed={"weight_decay_by_lr_ratio: rate": "weight_decay"})
+def adamw(
     learning_rate: ScalarOrSchedule = 1e-3,
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.999,
@@ -110,7 +117,7 @@ def adamw_nnabla(
 
     Example:
       >>> import jax.numpy as jnp, gradtx
-      >>> tx = gradtx.adamw_nnabla(0.1, weight_decay=0.5)
+      >>> tx = gradtx.nnabla.adamw(0.1, weight_decay=0.5)
       >>> params = {"w": jnp.ones(2)}
       >>> state = tx.init(params)
       >>> updates, state = tx.update({"w": jnp.zeros(2)}, state, params)
@@ -129,8 +136,8 @@ def adamw_nnabla(
     )
 
 
-@alias_errors
-def amsgrad_nnabla(
+@alias_errors(name="nnabla.amsgrad")
+def amsgrad(
     learning_rate: ScalarOrSchedule = 1e-3,
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.999,
@@ -161,7 +168,7 @@ def amsgrad_nnabla(
 
     Example:
       >>> import jax.numpy as jnp, numpy as np, gradtx
-      >>> tx = gradtx.amsgrad_nnabla(0.1)
+      >>> tx = gradtx.nnabla.amsgrad(0.1)
       >>> state = tx.init({"w": jnp.zeros(2)})
       >>> updates, state = tx.update({"w": jnp.array([1.0, -1.0])}, state)
       >>> print(np.asarray(updates["w"]).round(4))  # 0.1 * 0.1 / sqrt(0.001)
@@ -176,8 +183,8 @@ def amsgrad_nnabla(
     )
 
 
-@alias_errors(renamed={"weight_decay: rate": "weight_decay"})
-def lamb_nnabla(
+@alias_errors(name="nnabla.lamb", renamed={"weight_decay: rate": "weight_decay"})
+def lamb(
     learning_rate: ScalarOrSchedule = 1e-3,
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.999,
@@ -221,7 +228,7 @@ def lamb_nnabla(
 
     Example:
       >>> import jax.numpy as jnp, numpy as np, gradtx
-      >>> tx = gradtx.lamb_nnabla(0.1)
+      >>> tx = gradtx.nnabla.lamb(0.1)
       >>> params = {"w": jnp.array([3.0, -4.0])}
       >>> state = tx.init(params)
       >>> updates, state = tx.update({"w": jnp.array([0.3, -0.4])}, state, params)
@@ -244,8 +251,8 @@ def lamb_nnabla(
     )
 
 
-@alias_errors(renamed={"weight_decay: rate": "weight_decay"})
-def adabelief_nnabla(
+@alias_errors(name="nnabla.adabelief", renamed={"weight_decay: rate": "weight_decay"})
+def adabelief(
     learning_rate: ScalarOrSchedule = 1e-3,
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.999,
@@ -267,14 +274,15 @@ def adabelief_nnabla(
         0 & \text{otherwise (then } g_t \leftarrow g_t + \lambda_t w_{t-1} \text{, coupled)}
       \end{cases}
 
-    with :math:`u_t` from `scale_by_adabelief(b1, b2, eps, amsgrad=, rectify=)`. The chains:
-    coupled `chain(weight_decay(λ), scale_by_adabelief(...), scale_by_learning_rate(lr))`;
-    decoupled `chain(scale_by_adabelief(...), weight_decay(λ), scale_by_learning_rate(lr))`;
-    fixed `chain(scale_by_adabelief(...), scale_by_learning_rate(lr, flip_sign=False),
+    with :math:`u_t` from `scale_by_belief(b1, b2, eps, eps_root=eps, amsgrad=, rectify=,
+    accumulate_eps_root=False)`. The chains:
+    coupled `chain(weight_decay(λ), scale_by_belief(...), scale_by_learning_rate(lr))`;
+    decoupled `chain(scale_by_belief(...), weight_decay(λ), scale_by_learning_rate(lr))`;
+    fixed `chain(scale_by_belief(...), scale_by_learning_rate(lr, flip_sign=False),
     weight_decay(λ), scale(-1))`. nnabla's `AdaBelief(alpha=1e-3, beta1=0.9, beta2=0.999,
     eps=1e-8, wd=0, amsgrad=False, weight_decouple=False, fixed_decay=False, rectify=False)`,
     except that :math:`\epsilon` is added once, as published, where nnabla accumulates it in
-    its state, and that the rectified SGD phase is bias-corrected (see `scale_by_adabelief`).
+    its state, and that the rectified SGD phase is bias-corrected (see `scale_by_belief`).
     `update` needs `params`.
 
     Args:
@@ -293,7 +301,7 @@ def adabelief_nnabla(
 
     Example:
       >>> import jax.numpy as jnp, numpy as np, gradtx
-      >>> tx = gradtx.adabelief_nnabla(0.1, rectify=True)
+      >>> tx = gradtx.nnabla.adabelief(0.1, rectify=True)
       >>> params = {"w": jnp.zeros(2)}
       >>> state = tx.init(params)
       >>> updates, state = tx.update({"w": jnp.array([3.0, -1.0])}, state, params)
@@ -305,10 +313,12 @@ def adabelief_nnabla(
     """
     if fixed_decay and not weight_decouple:
         raise ValueError(
-            "adabelief_nnabla: fixed_decay=True needs weight_decouple=True (nnabla ignores it "
+            "nnabla.adabelief: fixed_decay=True needs weight_decouple=True (nnabla ignores it "
             "otherwise), got weight_decouple=False"
         )
-    belief = scale_by_adabelief(b1, b2, eps, amsgrad=amsgrad, rectify=rectify)
+    belief = scale_by_belief(
+        b1, b2, eps, eps, amsgrad=amsgrad, rectify=rectify, accumulate_eps_root=False
+    )
     if not weight_decouple:
         return chain(weight_decay_tx(weight_decay), belief, scale_by_learning_rate(learning_rate))
     if not fixed_decay:
@@ -321,10 +331,99 @@ def adabelief_nnabla(
     )
 
 
-__all__ = [
-    "adabelief_nnabla",
-    "adam_nnabla",
-    "adamw_nnabla",
-    "amsgrad_nnabla",
-    "lamb_nnabla",
-]
+@alias_errors(name="nnabla.momentum", renamed={"trace_with_lr: decay": "momentum"})
+def momentum(
+    learning_rate: ScalarOrSchedule = 1e-3,
+    momentum: ScalarOrSchedule = 0.9,
+    *,
+    nesterov: bool = False,
+) -> GradientTransformation:
+    r"""SGD with momentum in nnabla's form: the learning rate sits inside the momentum buffer.
+
+    .. math::
+
+      v_t = \mu v_{t-1} + \eta_t g_t, \qquad
+      w_t = w_{t-1} - \begin{cases} \eta_t g_t + \mu v_t & \text{Nesterov} \\ v_t \end{cases}
+
+    `trace_with_lr(learning_rate, momentum, nesterov=nesterov)`. nnabla's `Momentum(lr=1e-3,
+    momentum=0.9)` and, with `nesterov=True`, `Nesterov`. With a constant learning rate it equals
+    `sgd(learning_rate, momentum, nesterov)`; under a schedule `sgd` rescales the accumulated
+    momentum by the new learning rate at once, this applies it to new gradients only.
+
+    Args:
+      learning_rate: :math:`\eta_t` >= 0, a float or a schedule.
+      momentum: :math:`\mu` in [0, 1], a float or a schedule.
+      nesterov: nnabla's `Nesterov`.
+
+    Returns:
+      A `GradientTransformation`.
+
+    Example:
+      >>> import jax.numpy as jnp, gradtx
+      >>> tx = gradtx.nnabla.momentum(lambda t: 0.1 / (1.0 + t), momentum=0.5)
+      >>> params = {"w": jnp.zeros(1)}
+      >>> state = tx.init(params)
+      >>> for _ in range(2):
+      ...     updates, state = tx.update({"w": jnp.ones(1)}, state)
+      ...     params = gradtx.apply_updates(params, updates)
+      >>> params["w"]  # -(0.1) - (0.5 * 0.1 + 0.05); sgd would give -(0.1) - 0.05 * 1.5
+      Array([-0.2], dtype=float32)
+
+    Reference: nnabla `Momentum`, `Nesterov`; Polyak (1964); Sutskever et al. (ICML 2013).
+    """
+    return chain(trace_with_lr(learning_rate, momentum, nesterov=nesterov))
+
+
+@alias_errors(name="nnabla.lars", renamed={"trace_with_lr: decay": "momentum"})
+def lars(
+    learning_rate: ScalarOrSchedule = 1e-3,
+    momentum: ScalarOrSchedule = 0.9,
+    coefficient: ArrayLike = 1e-3,
+    eps: ArrayLike = 1e-6,
+    weight_decay: ScalarOrSchedule = 0.0,
+) -> GradientTransformation:
+    r"""LARS in nnabla's form: trust ratio over :math:`\|g\| + \lambda\|w\|`, lr in the momentum.
+
+    Per parameter tensor:
+
+    .. math::
+
+      r = \begin{cases} 1 & \|w\| < \epsilon \\
+        c\|w\| / (\|g\| + \lambda\|w\|) & \text{otherwise} \end{cases}, \qquad
+      v_t = \mu v_{t-1} + \eta_t\, r\, (g_t + \lambda w_{t-1}), \qquad w_t = w_{t-1} - v_t
+
+    (the denominator gets :math:`+\epsilon` when it is below :math:`\epsilon`).
+    `chain(scale_by_lars_trust_ratio(weight_decay, coefficient, eps), trace_with_lr(learning_rate,
+    momentum))`. nnabla's `Lars(lr=1e-3, momentum=0.9, coefficient=1e-3, eps=1e-6)`; nnabla
+    resets its decay rate to 0 after each update unless `weight_decay()` is called again, so the
+    rate here is applied at every step (a schedule varies it). `lars` is Optax's form. `update`
+    needs `params`.
+
+    Args:
+      learning_rate: :math:`\eta_t` >= 0, a float or a schedule.
+      momentum: :math:`\mu` in [0, 1], a float or a schedule.
+      coefficient: the trust coefficient :math:`c` > 0.
+      eps: :math:`\epsilon` > 0.
+      weight_decay: :math:`\lambda` >= 0, a float or a schedule.
+
+    Returns:
+      A `GradientTransformation`.
+
+    Example:
+      >>> import jax.numpy as jnp, gradtx
+      >>> tx = gradtx.nnabla.lars(1.0, coefficient=0.1)
+      >>> params = {"w": jnp.array([3.0, -4.0])}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": jnp.array([0.3, -0.4])}, state, params)
+      >>> gradtx.apply_updates(params, updates)["w"]  # r = 0.1 * 5 / 0.5
+      Array([ 2.7, -3.6], dtype=float32)
+
+    Reference: You, Gitman & Ginsburg (arXiv:1708.03888, 2017); nnabla `Lars`.
+    """
+    return chain(
+        scale_by_lars_trust_ratio(weight_decay, coefficient, eps),
+        trace_with_lr(learning_rate, momentum),
+    )
+
+
+__all__ = ["adabelief", "adam", "adamw", "amsgrad", "lamb", "lars", "momentum"]

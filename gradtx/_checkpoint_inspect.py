@@ -1,0 +1,211 @@
+"""`inspect_state`: what is inside an optimizer state, as data and as a readable table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
+from jax import tree_util as jtu
+
+from ._checks import did_you_mean
+from ._typing import OptState
+from .tree import path_str
+
+_COUNT_NAMES = ("count", "gradient_step")
+
+
+@dataclass(frozen=True)
+class StateField:
+    """One array of a state: its path, shape, dtype, size in bytes and, for one-element arrays
+    that can be read on this host, its value."""
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+    value: float | int | bool | None = None
+
+
+@dataclass(frozen=True)
+class StateSummary:
+    """What `inspect_state` returns; `print(summary)` shows it as a table.
+
+    Attributes:
+      fields: every array of the state, in flattening order.
+      step: the current step count: the outermost integer `count` field (None if there is none).
+      step_path: the path of that field.
+      hyperparams: the current value of every injected hyperparameter (`inject_hyperparams`),
+        keyed by the wrapper's path and the name, e.g. `"learning_rate"` at the top level or
+        `"opt/learning_rate"` inside `named_chain(("opt", ...))`.
+    """
+
+    fields: tuple[StateField, ...]
+    step: int | None = None
+    step_path: str | None = None
+    hyperparams: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total_bytes(self) -> int:
+        """Memory held by the state's arrays, in bytes."""
+        return sum(f.nbytes for f in self.fields)
+
+    def hyperparam(self, name: str) -> float:
+        """The current value of the injected hyperparameter `name` (a key of `hyperparams`, or
+        its last part when only one wrapper has it), e.g. `hyperparam("learning_rate")`."""
+        if name in self.hyperparams:
+            return self.hyperparams[name]
+        hits = [k for k in self.hyperparams if k.endswith("/" + name)]
+        if len(hits) == 1:
+            return self.hyperparams[hits[0]]
+        if hits:
+            raise KeyError(f"hyperparam: {name!r} is ambiguous, pick one of {hits}")
+        names = list(self.hyperparams)
+        last = sorted({k.rsplit("/", 1)[-1] for k in names})
+        raise KeyError(
+            f"hyperparam: no injected hyperparameter {name!r}{did_you_mean(name, last)}; "
+            f"the state has {names or 'none (wrap the optimizer in gradtx.inject_hyperparams)'}"
+        )
+
+    def table(self, max_rows: int | None = None) -> str:
+        """The summary as a text table (at most `max_rows` field rows; None for all)."""
+        rows = [
+            (f.path, str(f.shape), f.dtype, f"{f.nbytes:,}", _fmt(f.value)) for f in self.fields
+        ]
+        shown = rows if max_rows is None else rows[:max_rows]
+        head = ("path", "shape", "dtype", "bytes", "value")
+        widths = [max([len(h), *(len(r[i]) for r in shown)]) for i, h in enumerate(head)]
+
+        def line(cells: tuple[str, ...]) -> str:
+            parts = [
+                c.ljust(w) if i in (0, 1, 2) else c.rjust(w)
+                for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+            ]
+            return "  ".join(parts[:4]) + ("  " + cells[4] if cells[4] else "")
+
+        out = [line(head), "  ".join("-" * w for w in widths[:4]) + "  -----"]
+        out += [line(r) for r in shown]
+        if len(shown) < len(rows):
+            out.append(f"... {len(rows) - len(shown)} more fields (summary.table(None) shows all)")
+        out.append(f"total: {len(rows)} arrays, {_human(self.total_bytes)}")
+        if self.step is not None:
+            out.append(f"step: {self.step} (from {self.step_path!r})")
+        for name, value in self.hyperparams.items():
+            out.append(f"hyperparameter {name} = {value:.6g}")
+        return "\n".join(out)
+
+    def __str__(self) -> str:
+        return self.table(max_rows=60)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _human(n: int) -> str:
+    size = float(n)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{n:,} bytes" if unit == "bytes" else f"{n:,} bytes ({size:.1f} {unit})"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def _scalar(leaf: Any) -> float | int | bool | None:
+    """The value of a one-element leaf readable on this host, else None."""
+    if isinstance(leaf, jax.ShapeDtypeStruct | jax.core.Tracer):
+        return None
+    if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+        return None
+    if int(np.prod(np.shape(leaf))) != 1:
+        return None
+    dtype = getattr(leaf, "dtype", None)
+    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        return None
+    item = np.asarray(leaf).reshape(()).item()
+    return item if isinstance(item, bool | int | float) else None
+
+
+def _layout(leaf: Any) -> tuple[tuple[int, ...], str, int]:
+    """Shape, dtype name and bytes of a leaf (arrays, abstract arrays, PRNG keys, scalars)."""
+    if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
+        leaf = np.asarray(leaf)
+    shape = tuple(int(d) for d in leaf.shape)
+    if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        data = jax.eval_shape(jax.random.key_data, leaf)
+        nbytes = int(np.prod(data.shape, dtype=np.int64)) * np.dtype(data.dtype).itemsize
+        return shape, str(leaf.dtype), nbytes
+    dtype = np.dtype(leaf.dtype)
+    return shape, dtype.name, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+
+
+def _is_inject_state(node: Any) -> bool:
+    fields = getattr(node, "_fields", None)
+    return (
+        isinstance(node, tuple)
+        and fields is not None
+        and {"count", "hyperparams", "inner_state"} <= set(fields)
+        and isinstance(getattr(node, "hyperparams", None), dict)
+    )
+
+
+def _injected(state: Any, prefix: tuple, out: dict[str, float]) -> None:
+    found, _ = jtu.tree_flatten_with_path(state, is_leaf=_is_inject_state)
+    for key_path, node in found:
+        if not _is_inject_state(node):
+            continue
+        where = path_str((*prefix, *key_path))
+        for name, value in node.hyperparams.items():
+            v = _scalar(value)
+            if v is not None:
+                out[f"{where}/{name}" if where else str(name)] = float(v)
+        _injected(node.inner_state, (*prefix, *key_path, jtu.GetAttrKey("inner_state")), out)
+
+
+def inspect_state(state: OptState) -> StateSummary:
+    """A readable summary of an optimizer state: per field its path, shape, dtype and bytes, the
+    current step count and the injected hyperparameters with their current values.
+
+    `print(gradtx.inspect_state(state))` shows a table; "what is my learning rate now" is
+    `gradtx.inspect_state(state).hyperparam("learning_rate")` for an optimizer built with
+    `gradtx.inject_hyperparams` (otherwise the learning rate is not part of the state). The
+    state may be abstract (`jax.eval_shape(tx.init, params)`): then shapes and memory are
+    reported without allocating anything, and no values. Named `inspect_state`, not `inspect`,
+    so that `from gradtx import *` cannot shadow the standard library's `inspect` module.
+
+    Args:
+      state: an optimizer state (any pytree of arrays; gradtx's or Optax's).
+
+    Returns:
+      A `StateSummary` (fields, step, step_path, hyperparams, total_bytes; `table()`).
+
+    Example:
+      >>> import gradtx, jax.numpy as jnp
+      >>> tx = gradtx.inject_hyperparams(gradtx.adam)(learning_rate=1e-3)
+      >>> gradtx.inspect_state(tx.init({"w": jnp.zeros(3)})).hyperparam("learning_rate")
+      0.0010000000474974513
+    """
+    fields = []
+    step, step_path, step_depth = None, None, None
+    for key_path, leaf in jtu.tree_flatten_with_path(state)[0]:
+        path = path_str(key_path)
+        shape, dtype, nbytes = _layout(leaf)
+        value = _scalar(leaf)
+        fields.append(StateField(path, shape, dtype, nbytes, value))
+        last = path.rsplit("/", 1)[-1]
+        if (
+            last in _COUNT_NAMES
+            and shape == ()
+            and np.issubdtype(np.dtype(dtype), np.integer)
+            and (step_depth is None or len(key_path) < step_depth)
+        ):
+            step_depth, step_path = len(key_path), path
+            step = None if value is None else int(value)
+    hyperparams: dict[str, float] = {}
+    _injected(state, (), hyperparams)
+    return StateSummary(tuple(fields), step, step_path, hyperparams)

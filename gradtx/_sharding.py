@@ -1,0 +1,253 @@
+"""Deriving an optimizer state's shardings from its params' shardings (internal).
+
+The state of every gradtx transformation is built from the params: moments are trees with the
+params' structure (`mu`, `nu`, `grad_sum`, ...), sometimes with a small subtree in place of each
+parameter (SM3's per-dimension accumulators, Adafactor's row and column factors), next to scalars
+(counters, hyperparameters). The derivation walks the state from the top and, at the first node
+that has the params' tree structure as a prefix, pairs every parameter with the state leaves under
+it. A paired leaf takes its parameter's `PartitionSpec` when the shapes agree, and a spec fitted
+to its shape otherwise (a leading history axis, a factored axis of size 1 or removed); every other
+leaf is replicated. Entries whose axis size does not divide the dimension are dropped (replicated),
+so every derived sharding is valid for `jax.device_put` and `jit`.
+
+ZeRO stage 1 then shards each non-scalar leaf along the optimizer-state axis too, on the largest
+dimension that is not yet sharded and divides by the axis size (or, failing that, by extending a
+dimension's existing axes), and reports the leaves where no dimension divides.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+from jax import tree_util as jtu
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from ._typing import PyTree
+from .tree import path_str
+
+Entry = Any  # None, an axis name, or a tuple of axis names
+
+
+class LeafSharding(NamedTuple):
+    """How one state leaf is sharded, and why.
+
+    Attributes:
+      path: the leaf's '/'-joined key path in the state (`gradtx.tree.path_str`).
+      shape: its shape.
+      dtype: its dtype.
+      spec: its `PartitionSpec` on the mesh.
+      source: the path of the parameter it was paired with ('' for none).
+      note: the rule that gave `spec`, or why a ZeRO-1 axis could not be used.
+    """
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: Any
+    spec: PartitionSpec
+    source: str
+    note: str
+
+
+def _axes(entry: Entry) -> tuple[str, ...]:
+    if entry is None:
+        return ()
+    if isinstance(entry, str):
+        return (entry,)
+    return tuple(entry)
+
+
+def _entry(axes: Sequence[str]) -> Entry:
+    axes = tuple(axes)
+    if not axes:
+        return None
+    return axes[0] if len(axes) == 1 else axes
+
+
+def _axes_size(mesh: Mesh, axes: Sequence[str]) -> int:
+    return math.prod(int(mesh.shape[a]) for a in axes)
+
+
+def _padded(spec: PartitionSpec, ndim: int) -> list[Entry]:
+    entries = list(spec)[:ndim]
+    return entries + [None] * (ndim - len(entries))
+
+
+def _fit(pspec: list[Entry], pshape: tuple[int, ...], shape: tuple[int, ...]) -> tuple[list, str]:
+    """A spec for a leaf of `shape` paired with a parameter of `pshape` sharded as `pspec`."""
+    nd, pd = len(shape), len(pshape)
+    if shape == pshape:
+        return list(pspec), "like its parameter"
+    if nd == 0:
+        return [], "scalar: replicated"
+    if nd > pd and shape[nd - pd :] == pshape:
+        return [None] * (nd - pd) + list(pspec), "like its parameter, leading axes replicated"
+    if nd == pd and all(s in (p, 1) for s, p in zip(shape, pshape, strict=True)):
+        spec = [e if s == p else None for e, s, p in zip(pspec, shape, pshape, strict=True)]
+        return spec, "like its parameter, size-1 axes replicated"
+    if nd == pd - 1:
+        for d in reversed(range(pd)):
+            if shape == pshape[:d] + pshape[d + 1 :]:
+                return pspec[:d] + pspec[d + 1 :], f"like its parameter without axis {d}"
+    return [None] * nd, "shape unrelated to its parameter: replicated"
+
+
+def _divisible(mesh: Mesh, spec: list[Entry], shape: tuple[int, ...]) -> list[Entry]:
+    return [e if n % _axes_size(mesh, _axes(e)) == 0 else None for e, n in zip(spec, shape)]
+
+
+def _zero1(
+    mesh: Mesh, spec: list[Entry], shape: tuple[int, ...], zero_axes: tuple[str, ...]
+) -> tuple[list[Entry], str]:
+    used = {a for e in spec for a in _axes(e)}
+    free = tuple(a for a in zero_axes if a not in used)
+    if not shape or not free:
+        return spec, ""
+    size = _axes_size(mesh, free)
+    open_dims = [d for d, e in enumerate(spec) if e is None and shape[d] % size == 0]
+    if open_dims:
+        d = max(open_dims, key=lambda i: (shape[i], -i))  # the largest, the first on ties
+        out = list(spec)
+        out[d] = _entry(free)
+        return out, f"; ZeRO-1 over {free} on axis {d}"
+    for d, e in enumerate(spec):
+        if e is not None and shape[d] % (_axes_size(mesh, _axes(e)) * size) == 0:
+            out = list(spec)
+            out[d] = _entry(_axes(e) + free)
+            return out, f"; ZeRO-1 over {free} on axis {d} (with {_axes(e)})"
+    return spec, f"; not split over {free}: no dimension of {shape} divides by {size}"
+
+
+def _param_spec(who: str, path: str, leaf: Any, sharding: Any, mesh: Mesh | None) -> tuple:
+    """(mesh, spec) of one parameter, from its explicit sharding, spec or array sharding."""
+    if sharding is None:
+        sharding = getattr(leaf, "sharding", None)
+    if isinstance(sharding, PartitionSpec):
+        if mesh is None:
+            raise ValueError(f"{who}: the parameter {path!r} has a PartitionSpec; pass mesh=")
+        return mesh, sharding
+    if isinstance(sharding, NamedSharding):
+        if not isinstance(sharding.mesh, Mesh):
+            if mesh is None:
+                raise ValueError(
+                    f"{who}: the parameter {path!r} has an abstract mesh; pass the concrete mesh="
+                )
+            return mesh, sharding.spec
+        return sharding.mesh, sharding.spec
+    if sharding is not None and mesh is not None and sharding.is_fully_replicated:
+        return mesh, PartitionSpec()
+    if sharding is None and mesh is not None:
+        return mesh, PartitionSpec()
+    raise ValueError(
+        f"{who}: cannot tell how the parameter {path!r} is sharded (got "
+        f"{type(sharding).__name__}); give params NamedShardings (jax.device_put(params, "
+        "NamedSharding(mesh, spec))), ShapeDtypeStructs with sharding=, or param_shardings= "
+        "and mesh="
+    )
+
+
+def _param_specs(
+    who: str, params: PyTree, param_shardings: PyTree | None, mesh: Mesh | None
+) -> tuple[Mesh, jtu.PyTreeDef, list[tuple[str, tuple[int, ...], list[Entry]]]]:
+    leaves_with_path, treedef = jtu.tree_flatten_with_path(params)
+    if param_shardings is None:
+        given: list[Any] = [None] * len(leaves_with_path)
+    else:
+        given = treedef.flatten_up_to(param_shardings)
+    found_mesh = mesh
+    out = []
+    for (key_path, leaf), sharding in zip(leaves_with_path, given, strict=True):
+        path = path_str(key_path)
+        leaf_mesh, spec = _param_spec(who, path, leaf, sharding, mesh)
+        if found_mesh is None:
+            found_mesh = leaf_mesh
+        elif leaf_mesh != found_mesh:
+            raise ValueError(
+                f"{who}: the parameter {path!r} is on mesh {dict(leaf_mesh.shape)}, others on "
+                f"{dict(found_mesh.shape)}; all parameters must share one mesh"
+            )
+        shape = tuple(int(d) for d in np.shape(leaf))
+        out.append((path, shape, _padded(spec, len(shape))))
+    if found_mesh is None:
+        raise ValueError(f"{who}: params has no array leaves; pass mesh= to shard the state")
+    return found_mesh, treedef, out
+
+
+def plan(
+    who: str,
+    abstract_state: PyTree,
+    params: PyTree,
+    *,
+    mesh: Mesh | None,
+    param_shardings: PyTree | None,
+    zero_axis: str | Sequence[str] | None,
+) -> tuple[Mesh, jtu.PyTreeDef, list[LeafSharding]]:
+    """The mesh, the state's treedef and one `LeafSharding` per state leaf (flattening order)."""
+    mesh, ptreedef, pinfo = _param_specs(who, params, param_shardings, mesh)
+    zero_axes: tuple[str, ...] = ()
+    if zero_axis is not None:
+        zero_axes = (zero_axis,) if isinstance(zero_axis, str) else tuple(zero_axis)
+        unknown = [a for a in zero_axes if a not in mesh.shape]
+        if unknown or not zero_axes:
+            raise ValueError(
+                f"{who}: zero_axis must name axes of the mesh {tuple(mesh.shape)}, got {zero_axis!r}"
+            )
+    pairing: dict[int, int] = {}  # id of a state leaf's position -> parameter index
+
+    def visit(node: Any, positions: list[int]) -> None:
+        # positions: the flat indices (in the whole state) of `node`'s leaves, in order
+        try:
+            subtrees = ptreedef.flatten_up_to(node)
+        except (ValueError, TypeError):
+            subtrees = None
+        if subtrees is not None and ptreedef.num_leaves > 0:
+            start = 0
+            for i, sub in enumerate(subtrees):
+                n = len(jax.tree.leaves(sub))
+                for pos in positions[start : start + n]:
+                    pairing[pos] = i
+                start += n
+            return
+        children = _children(node)
+        start = 0
+        for child in children:
+            n = len(jax.tree.leaves(child))
+            visit(child, positions[start : start + n])
+            start += n
+
+    state_leaves_with_path, treedef = jtu.tree_flatten_with_path(abstract_state)
+    visit(abstract_state, list(range(len(state_leaves_with_path))))
+    rows = []
+    for pos, (key_path, leaf) in enumerate(state_leaves_with_path):
+        shape = tuple(int(d) for d in np.shape(leaf))
+        if pos in pairing:
+            ppath, pshape, pspec = pinfo[pairing[pos]]
+            spec, note = _fit(pspec, pshape, shape)
+        else:
+            ppath, spec = "", [None] * len(shape)
+            note = "scalar: replicated" if not shape else "not paired with a parameter: replicated"
+        spec = _divisible(mesh, spec, shape)
+        if zero_axes:
+            spec, zero_note = _zero1(mesh, spec, shape, zero_axes)
+            note += zero_note
+        rows.append(
+            LeafSharding(
+                path=path_str(key_path),
+                shape=shape,
+                dtype=getattr(leaf, "dtype", None),
+                spec=PartitionSpec(*spec),
+                source=ppath,
+                note=note,
+            )
+        )
+    return mesh, treedef, rows
+
+
+def _children(node: Any) -> list[Any]:
+    if node is None:
+        return []
+    leaves_or_nodes, _ = jtu.tree_flatten(node, is_leaf=lambda x: x is not node)
+    return leaves_or_nodes if not (len(leaves_or_nodes) == 1 and leaves_or_nodes[0] is node) else []

@@ -1,0 +1,291 @@
+"""Key paths of pytrees (internal; public as `gradtx.tree.*`): '/'-joined leaf paths, structure
+checks whose errors name the first differing path, and reading / replacing fields by name.
+
+A path names a tree position by its keys from the root: dict keys, NamedTuple and dataclass field
+names, and sequence indices, joined by '/' (`"encoder/layers/0/kernel"`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import tree_util as jtu
+
+from ._checks import did_you_mean
+from ._typing import PyTree
+
+# --------------------------------------------------------------------------------------------
+# Paths
+# --------------------------------------------------------------------------------------------
+
+
+def _key_name(key: Any) -> str:
+    if isinstance(key, jtu.DictKey):
+        return str(key.key)
+    if isinstance(key, jtu.GetAttrKey):
+        return key.name
+    if isinstance(key, jtu.SequenceKey):
+        return str(key.idx)
+    if isinstance(key, jtu.FlattenedIndexKey):
+        return str(key.key)
+    return str(key)
+
+
+def path_str(key_path: Sequence[Any]) -> str:
+    """A JAX key path as a '/'-joined string: `(DictKey('a'), SequenceKey(0))` -> `"a/0"`."""
+    return "/".join(_key_name(k) for k in key_path)
+
+
+def paths(tree: PyTree) -> list[str]:
+    """The '/'-joined key path of every (non-None) leaf, in flattening order."""
+    return [path_str(p) for p, _ in jtu.tree_flatten_with_path(tree)[0]]
+
+
+def map_with_path(
+    f: Callable[..., Any], tree: PyTree, *rest: PyTree, is_leaf: Callable[[Any], bool] | None = None
+) -> PyTree:
+    """`jax.tree.map` where `f(path, leaf, *rest_leaves)` also gets the '/'-joined leaf path."""
+    return jtu.tree_map_with_path(
+        lambda kp, x, *r: f(path_str(kp), x, *r), tree, *rest, is_leaf=is_leaf
+    )
+
+
+def _is_tree_leaf(node: Any) -> bool:
+    return node is None or jtu.treedef_is_leaf(jax.tree.structure(node))
+
+
+def _children(node: Any) -> list[tuple[Any, Any]]:
+    """The (key, child) pairs one level below `node` (None children included)."""
+    if _is_tree_leaf(node):
+        return []
+    flat, _ = jtu.tree_flatten_with_path(node, is_leaf=lambda y: y is not node)
+    return [(kp[0], child) for kp, child in flat]
+
+
+def _walk(node: Any, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
+    """Pre-order (key path, node) for every node below the root (subtrees and leaves)."""
+    for key, child in _children(node):
+        p = (*path, key)
+        yield p, child
+        yield from _walk(child, p)
+
+
+# --------------------------------------------------------------------------------------------
+# Structure checks with errors that name the first difference
+# --------------------------------------------------------------------------------------------
+
+
+def _kind(x: Any) -> str:
+    if x is None:
+        return "None"
+    if _is_tree_leaf(x):
+        if hasattr(x, "shape") and hasattr(x, "dtype"):
+            return f"a leaf {jnp.dtype(x.dtype).name}{list(x.shape)}"
+        return f"a leaf of type {type(x).__name__}"
+    keys = [_key_name(k) for k, _ in _children(x)]
+    if isinstance(x, dict):
+        return f"a dict with keys {keys}"
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return f"a {type(x).__name__} with fields {keys}"
+    if isinstance(x, list | tuple):
+        return f"a {type(x).__name__} of length {len(x)}"
+    return f"a {type(x).__name__} with children {keys}"
+
+
+def _first_difference(a: Any, b: Any, path: tuple = ()) -> tuple[tuple, Any, Any] | None:
+    a_leaf, b_leaf = _is_tree_leaf(a), _is_tree_leaf(b)
+    if a_leaf and b_leaf:
+        return None if (a is None) == (b is None) else (path, a, b)
+    if a_leaf != b_leaf or type(a) is not type(b):
+        return path, a, b
+    ca, cb = _children(a), _children(b)
+    if [k for k, _ in ca] != [k for k, _ in cb] or (
+        jax.tree.structure(a, is_leaf=lambda y: y is not a)
+        != jax.tree.structure(b, is_leaf=lambda y: y is not b)
+    ):
+        return path, a, b
+    for (key, xa), (_, xb) in zip(ca, cb, strict=True):
+        found = _first_difference(xa, xb, (*path, key))
+        if found is not None:
+            return found
+    return None
+
+
+def assert_same_structure(who: str, **trees: PyTree) -> None:
+    """Raise a `ValueError` unless all `trees` have the same structure.
+
+    The error names `who` (the transformation), the first differing key path and what each tree
+    has there, e.g. ``trace: updates and state.trace differ at 'dense/bias': updates has None,
+    state.trace has a leaf float32[4]``. The check costs one treedef comparison when the trees
+    match, and runs at trace time only under `jax.jit`.
+    """
+    items = list(trees.items())
+    if len(items) < 2:
+        return
+    name0, tree0 = items[0]
+    def0 = jax.tree.structure(tree0)
+    for name, other in items[1:]:
+        if jax.tree.structure(other) == def0:
+            continue
+        diff = _first_difference(tree0, other)
+        if diff is None:  # same nesting, different leaf kinds the walk does not distinguish
+            raise ValueError(
+                f"{who}: {name0} and {name} have different tree structures: "
+                f"{def0} vs {jax.tree.structure(other)}"
+            )
+        path, xa, xb = diff
+        where_ = f"'{path_str(path)}'" if path else "the root"
+        detail = ""
+        if not (_is_tree_leaf(xa) or _is_tree_leaf(xb)):
+            ka = [_key_name(k) for k, _ in _children(xa)]
+            kb = [_key_name(k) for k, _ in _children(xb)]
+            only_a, only_b = [k for k in ka if k not in kb], [k for k in kb if k not in ka]
+            if only_a or only_b:
+                detail = f" (only in {name0}: {only_a}; only in {name}: {only_b})"
+        raise ValueError(
+            f"{who}: {name0} and {name} differ at {where_}: {name0} has {_kind(xa)}, "
+            f"{name} has {_kind(xb)}{detail}. They must have the same tree structure (same keys, "
+            "same nesting, None in the same places)."
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Reading and replacing state fields by name
+# --------------------------------------------------------------------------------------------
+
+_MISSING = object()
+# Field names of NamedTuples/dataclasses are preferred over dict keys, and both over sequence
+# indices, so `get(state, "mu")` finds the Adam moment even when a parameter is called "mu".
+_TIERS = (jtu.GetAttrKey, jtu.DictKey, jtu.SequenceKey, jtu.FlattenedIndexKey)
+
+
+def _tier(key: Any) -> int:
+    for i, kind in enumerate(_TIERS):
+        if isinstance(key, kind):
+            return i
+    return len(_TIERS)
+
+
+def _find(tree: PyTree, name: str) -> list[tuple[tuple, Any]]:
+    """Nodes whose path ends with `name` ('/'-separated), best tier only, outermost only."""
+    want = name.split("/")
+    found = []
+    for path, node in _walk(tree):
+        if len(path) >= len(want) and [_key_name(k) for k in path[-len(want) :]] == want:
+            found.append((path, node))
+    if not found:
+        return []
+    best = min(_tier(p[-1]) for p, _ in found)
+    found = [(p, n) for p, n in found if _tier(p[-1]) == best]
+    outer = []
+    for p, n in found:
+        if not any(len(q) < len(p) and p[: len(q)] == q for q, _ in found):
+            outer.append((p, n))
+    return outer
+
+
+def _available_names(tree: PyTree) -> list[str]:
+    names: list[str] = []
+    for path, _ in _walk(tree):
+        if _tier(path[-1]) < 2 and _key_name(path[-1]) not in names:
+            names.append(_key_name(path[-1]))
+    return names
+
+
+def get_all_with_path(tree: PyTree, name: str) -> list[tuple[str, Any]]:
+    """Every `(path, value)` whose key path ends with `name`; `[]` when there is none.
+
+    `name` is a field or key name (`"mu"`, `"count"`, `"learning_rate"`) or a '/'-joined path
+    suffix (`"0/count"`). NamedTuple/dataclass fields are preferred over dict keys, and matches
+    nested inside another match are not reported.
+    """
+    return [(path_str(p), n) for p, n in _find(tree, name)]
+
+
+def get(tree: PyTree, name: str, default: Any = _MISSING) -> Any:
+    """The value of the field or key called `name` anywhere in `tree` (e.g. an optimizer state).
+
+    Raises:
+      KeyError: `name` is not present (and no `default` was given); lists the names there are.
+      ValueError: `name` is present more than once; lists the paths, any of which (or a long
+        enough suffix of one) can be passed instead.
+    """
+    found = _find(tree, name)
+    if not found:
+        if default is not _MISSING:
+            return default
+        names = _available_names(tree)
+        raise KeyError(
+            f"get: no field or key {name!r} in the tree{did_you_mean(name, names)}; "
+            f"names present: {names}"
+        )
+    if len(found) > 1:
+        raise ValueError(
+            f"get: {name!r} is ambiguous, it occurs at {[path_str(p) for p, _ in found]}; "
+            "pass one of these paths (or a unique suffix of one) instead"
+        )
+    return found[0][1]
+
+
+def _replacement(old: Any, new: Any, where_: str) -> Any:
+    if old is not None and _is_tree_leaf(old) and hasattr(old, "dtype"):
+        value = jnp.asarray(new, dtype=old.dtype)
+        if value.shape != jnp.shape(old):
+            raise ValueError(
+                f"set: the value for {where_!r} has shape {value.shape}, expected {jnp.shape(old)}"
+            )
+        return value
+    assert_same_structure("set", **{f"current {where_}": old, f"new {where_}": new})
+    return new
+
+
+def set(tree: PyTree, values: Mapping[str, Any] | None = None, /, **kwargs: Any) -> PyTree:
+    """A copy of `tree` with the fields or keys called `name` replaced, for each `name=value`.
+
+    Every match of a name is replaced (e.g. `set(state, count=0)` resets every counter in a chain);
+    pass a path suffix in `values` (`set(state, {"0/count": 0})`) to pick one. An array leaf keeps
+    its dtype and shape (a float replacing a float32 learning rate stays float32, so a jitted step
+    does not retrace); a replaced subtree must keep its structure.
+
+    Raises:
+      KeyError: a name is not present; lists the names there are.
+    """
+    updates = {**(values or {}), **kwargs}
+    targets: dict[tuple, Any] = {}
+    for name, value in updates.items():
+        found = _find(tree, name)
+        if not found:
+            names = _available_names(tree)
+            raise KeyError(
+                f"set: no field or key {name!r} in the tree{did_you_mean(name, names)}; "
+                f"names present: {names}"
+            )
+        for path, old in found:
+            targets[path] = _replacement(old, value, path_str(path))
+
+    def rebuild(node: Any, path: tuple) -> Any:
+        if path in targets:
+            return targets[path]
+        if _is_tree_leaf(node):
+            return node
+        flat, treedef = jax.tree.flatten(node, is_leaf=lambda y: y is not node)
+        keys = [key for key, _ in _children(node)]
+        return treedef.unflatten(
+            [rebuild(child, (*path, key)) for key, child in zip(keys, flat, strict=True)]
+        )
+
+    return rebuild(tree, ())
+
+
+__all__ = [
+    "assert_same_structure",
+    "get",
+    "get_all_with_path",
+    "map_with_path",
+    "path_str",
+    "paths",
+    "set",
+]

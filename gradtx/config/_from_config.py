@@ -1,0 +1,125 @@
+"""`from_config`: a config (dict, YAML / JSON file or string) to a gradtx optimizer."""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from .._core import GradientTransformation
+from ._build import build, built_learning_rate
+from ._load import read
+from ._schema import validate
+
+
+class ConfiguredOptimizer(GradientTransformation):
+    """A `GradientTransformation` built from a config, which it keeps.
+
+    It is the `GradientTransformation` itself (`init`, `update`; accepted wherever one is), with
+    two more attributes: `config`, the normalized config it was built from (what `to_config`
+    returns), and `source`, where that config came from (a file name, "<dict>", "<string>", or
+    "nnabla" / "returnn" for the dialects).
+    """
+
+    config: dict[str, Any]
+    source: str
+
+    @property
+    def learning_rate(self) -> Any:
+        """The solver's learning rate: a float, a schedule `step -> value`, or None."""
+        return built_learning_rate(self.config)
+
+    def learning_rate_at(self, steps: Any) -> np.ndarray:
+        """The solver's learning rate at `steps` (an int or an array of ints), as float32.
+
+        Steps count the solver's own updates (with `accumulate`, one per `k` micro-steps).
+        Solvers without a learning rate give NaN.
+        """
+        lr = self.learning_rate
+        steps_arr = np.asarray(steps)
+        if lr is None:
+            return np.full(steps_arr.shape, np.nan, np.float32)
+        if callable(lr):
+            return np.asarray(lr(jnp.asarray(steps_arr, jnp.int32)), np.float32)
+        return np.full(steps_arr.shape, lr, np.float32)
+
+
+def configured(tx: Any, config: dict[str, Any], source: str) -> ConfiguredOptimizer:
+    out = ConfiguredOptimizer(tx.init, tx.update)
+    out.config = config
+    out.source = source
+    return out
+
+
+def load_config(source: Any) -> dict[str, Any]:
+    """A config read and validated, in normalized form, without building anything.
+
+    Args:
+      source: a dict, a path to a `.yaml` / `.yml` / `.json` file, or YAML / JSON text.
+
+    Returns:
+      The normalized config: canonical solver and schedule names, one mapping per section.
+
+    Raises:
+      ConfigError: naming the config path (`optimizer.b1: must be a number, got 'x'`), or the
+        file, line and column of a syntax error.
+    """
+    if isinstance(source, ConfiguredOptimizer):
+        return copy.deepcopy(source.config)
+    raw, _ = read(source)
+    return validate(raw)
+
+
+def from_config(source: Any) -> ConfiguredOptimizer:
+    """Build an optimizer from a config: a dict, a YAML / JSON file, or a YAML / JSON string.
+
+    The config has an `optimizer` block (`name` and the solver's hyperparameters by their Python
+    argument names; `learning_rate` a number or a schedule block) and optional sections beside
+    it: `weight_decay`, `clip`, `noise`, `nonfinite`, `lr_multipliers`, `accumulate`, `ema`.
+    The whole config is validated before anything is built; docs/config.md is the schema.
+
+    Args:
+      source: a dict, a path to a `.yaml` / `.yml` / `.json` file, or YAML / JSON text.
+
+    Returns:
+      A `ConfiguredOptimizer`: the `GradientTransformation`, which also keeps its normalized
+      config (`to_config` writes it back out).
+
+    Raises:
+      ConfigError: unknown names (with close matches), wrong types, out-of-range values,
+        missing fields and contradictory options, naming the config path; syntax errors name
+        the file and line.
+
+    Example:
+      >>> import gradtx
+      >>> tx = gradtx.from_config('''
+      ... optimizer:
+      ...   name: adamw
+      ...   learning_rate: {name: warmup_cosine_decay, init_value: 0.0, peak_value: 0.001,
+      ...                   warmup_steps: 100, decay_steps: 1000}
+      ...   weight_decay: 0.01
+      ...   mask: "!**/bias"
+      ... clip: {global_norm: 1.0}
+      ... ''')
+      >>> float(tx.learning_rate_at(100))
+      0.0010000000474974513
+    """
+    if isinstance(source, ConfiguredOptimizer):
+        source = source.config
+    raw, where = read(source)
+    config = validate(raw)
+    return configured(build(config), config, where if isinstance(source, str | os.PathLike)
+                      else "<dict>")
+
+
+def from_normalized(config: Mapping[str, Any], source: str) -> ConfiguredOptimizer:
+    """Build from a config that the dialects produced (validated like any other)."""
+    normalized = validate(config)
+    return configured(build(normalized), normalized, source)
+
+
+__all__ = ["ConfiguredOptimizer", "configured", "from_config", "from_normalized", "load_config"]

@@ -1,0 +1,321 @@
+"""The registry of optimizer and schedule factories, filled by discovery.
+
+Names are case- and separator-insensitive: a name is compared after lower-casing it and removing
+`_`, `-`, `.` and spaces, so `"AdamW"`, `"adam_w"` and `"adam-w"` are all `adamw`, and
+`"nnabla_adam"` is `nnabla.adam`. The registry is filled on first use by walking the library:
+
+- every name in the `__all__` of the modules of `gradtx.optimizers` (the top-level aliases);
+- every public function of `gradtx.contrib` that returns a `GradientTransformation`, except the
+  `scale_by_*` primitives, under its bare name (`muon`) and as `contrib.<name>`; where the bare
+  name is already a top-level gradtx name, `contrib.<name>` is the canonical name;
+- the solvers of `gradtx.nnabla` and `gradtx.returnn` as `nnabla.<name>` and `returnn.<name>`
+  (`nnabla.adam` is nnabla's Adam, `adam` is Optax's);
+- every schedule constructor of `gradtx.schedules` (schedules have their own namespace; the Optax
+  spellings such as `cosine_decay_schedule` are aliases of the same constructor).
+
+Optimizers added to those modules later are found the same way, with no list to update.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import pkgutil
+import re
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._errors import ConfigError
+
+KINDS = ("optimizer", "schedule")
+_SEPARATORS = re.compile(r"[\s_\-.]+")
+
+
+def normalize(name: str) -> str:
+    """The registry key of `name`: lower case, without `_`, `-`, `.` and spaces."""
+    return _SEPARATORS.sub("", name.lower())
+
+
+@dataclass
+class Entry:
+    """A registered factory: its canonical name, kind, origin and aliases."""
+
+    name: str
+    factory: Callable[..., Any]
+    kind: str
+    origin: str
+    aliases: list[str] = field(default_factory=list)
+
+
+class _Registry:
+    def __init__(self) -> None:
+        self.entries: dict[str, dict[str, Entry]] = {k: {} for k in KINDS}  # key -> entry
+        self.names: dict[str, dict[str, str]] = {k: {} for k in KINDS}  # key -> shown name
+        self.discovered = False
+        self.lock = threading.RLock()
+
+    def add(
+        self,
+        kind: str,
+        name: str,
+        factory: Callable[..., Any],
+        origin: str,
+        aliases: Iterable[str] = (),
+        *,
+        overwrite: bool = False,
+    ) -> Entry:
+        entries, names = self.entries[kind], self.names[kind]
+        key = normalize(name)
+        if not key:
+            raise ConfigError(f"register: the name must contain a letter or digit, got {name!r}")
+        old = entries.get(key)
+        if old is not None and old.factory is not factory and not overwrite:
+            raise ConfigError(
+                f"register: the {kind} name {name!r} is taken by {old.name!r} "
+                f"({_describe(old.factory)}); pick another name or pass overwrite=True"
+            )
+        if old is not None and old.name != name and normalize(old.name) != key:
+            old.aliases = [a for a in old.aliases if normalize(a) != key]
+        entry = Entry(name=name, factory=factory, kind=kind, origin=origin)
+        entries[key] = entry
+        names[key] = name
+        for alias in aliases:
+            self.alias(kind, alias, entry, overwrite=overwrite)
+        return entry
+
+    def alias(self, kind: str, alias: str, entry: Entry, *, overwrite: bool = False) -> bool:
+        entries = self.entries[kind]
+        key = normalize(alias)
+        old = entries.get(key)
+        if old is not None and old is not entry:
+            if old.factory is entry.factory:
+                return False
+            if not overwrite:
+                raise ConfigError(
+                    f"register: the {kind} alias {alias!r} is taken by {old.name!r}; pick "
+                    "another alias or pass overwrite=True"
+                )
+        if old is None or old is not entry:
+            entries[key] = entry
+            self.names[kind][key] = alias
+            if normalize(entry.name) != key:
+                entry.aliases.append(alias)
+        return True
+
+    def canonical(self, kind: str) -> list[Entry]:
+        seen: dict[int, Entry] = {}
+        for entry in self.entries[kind].values():
+            seen.setdefault(id(entry), entry)
+        return sorted(seen.values(), key=lambda e: e.name)
+
+
+_REGISTRY = _Registry()
+
+
+def _describe(factory: Any) -> str:
+    module = getattr(factory, "__module__", "?")
+    return f"{module}.{getattr(factory, '__qualname__', type(factory).__name__)}"
+
+
+def _returns(fn: Any, text: str) -> bool:
+    try:
+        annotation = inspect.signature(fn).return_annotation
+    except (TypeError, ValueError):
+        return False
+    if annotation is inspect.Signature.empty:
+        return False
+    shown = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    return text in str(shown)
+
+
+def _is_optimizer_factory(name: str, fn: Any) -> bool:
+    return (
+        inspect.isfunction(fn)
+        and not name.startswith(("_", "scale_by_", "from_"))
+        and _returns(fn, "GradientTransformation")
+    )
+
+
+def _discover() -> None:
+    import gradtx
+    from gradtx import contrib, nnabla, optimizers, returnn, schedules
+
+    reg = _REGISTRY
+    for info in sorted(pkgutil.iter_modules(optimizers.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{optimizers.__name__}.{info.name}")
+        for name in getattr(module, "__all__", ()):
+            fn = getattr(module, name, None)
+            if callable(fn):
+                reg.add("optimizer", name, fn, "gradtx")
+    top_level = {n for n in dir(gradtx) if not n.startswith("_")}
+    for name in sorted(n for n in dir(contrib) if not n.startswith("_")):
+        fn = getattr(contrib, name)
+        if not _is_optimizer_factory(name, fn):
+            continue
+        taken = normalize(name) in reg.entries["optimizer"] or name in top_level
+        canonical = f"contrib.{name}" if taken else name
+        aliases = [] if taken else [f"contrib.{name}"]
+        reg.add("optimizer", canonical, fn, "contrib", aliases)
+    for namespace in (nnabla, returnn):
+        prefix = namespace.__name__.rsplit(".", 1)[-1]
+        for name in getattr(namespace, "__all__", ()):
+            fn = getattr(namespace, name, None)
+            if _is_optimizer_factory(name, fn):
+                reg.add("optimizer", f"{prefix}.{name}", fn, prefix)
+    seen: dict[int, Entry] = {}
+    for name in schedules.__all__:
+        fn = getattr(schedules, name)
+        if name == "plot" or not inspect.isfunction(fn) or not _returns(fn, "Schedule"):
+            continue
+        if id(fn) in seen:
+            reg.alias("schedule", name, seen[id(fn)])
+        else:
+            seen[id(fn)] = reg.add("schedule", name, fn, "gradtx")
+
+
+def _ensure() -> _Registry:
+    if not _REGISTRY.discovered:
+        with _REGISTRY.lock:
+            if not _REGISTRY.discovered:
+                user = [
+                    (e.kind, e.name, e.factory, list(e.aliases))
+                    for kind in KINDS
+                    for e in _REGISTRY.canonical(kind)
+                ]
+                _discover()
+                _REGISTRY.discovered = True
+                for kind, name, factory, aliases in user:  # registered before discovery
+                    _REGISTRY.add(kind, name, factory, "user", aliases, overwrite=True)
+    return _REGISTRY
+
+
+def _check_kind(who: str, kind: str) -> None:
+    if kind not in KINDS:
+        raise ConfigError(f"{who}: kind must be one of {list(KINDS)}, got {kind!r}")
+
+
+def register(
+    name: str,
+    factory: Callable[..., Any],
+    *,
+    aliases: Iterable[str] = (),
+    kind: str = "optimizer",
+    overwrite: bool = False,
+) -> Callable[..., Any]:
+    """Register a factory so that configs can name it.
+
+    The factory's keyword arguments become the config block's hyperparameters (their
+    annotations decide how values are checked, see docs/config.md). Names are case- and
+    separator-insensitive.
+
+    Args:
+      name: the canonical name, e.g. `"my_adam"`.
+      factory: a function returning a `GradientTransformation` (kind "optimizer") or a schedule
+        `step -> value` (kind "schedule").
+      aliases: other names for it.
+      kind: "optimizer" or "schedule".
+      overwrite: replace an existing factory of the same (normalized) name instead of raising.
+
+    Returns:
+      `factory`, so that `register` can be used as `register("x", fn)` or via `functools.partial`
+      as a decorator.
+
+    Example:
+      >>> import gradtx
+      >>> def my_sgd(learning_rate: float, nesterov: bool = False):
+      ...     return gradtx.sgd(learning_rate, momentum=0.9, nesterov=nesterov)
+      >>> _ = gradtx.register("my_sgd", my_sgd, aliases=["mysgd2"])
+      >>> tx = gradtx.from_config({"optimizer": {"name": "My-SGD", "learning_rate": 0.1}})
+    """
+    _check_kind("register", kind)
+    if not isinstance(name, str):
+        raise ConfigError(f"register: name must be a string, got {name!r}")
+    if not callable(factory):
+        raise ConfigError(f"register: factory must be callable, got {type(factory).__name__}")
+    if isinstance(aliases, str):
+        aliases = [aliases]
+    with _REGISTRY.lock:
+        _ensure().add(kind, name, factory, "user", list(aliases), overwrite=overwrite)
+    return factory
+
+
+def lookup(name: Any, kind: str = "optimizer", path: str = "") -> Entry:
+    """The entry registered under `name` (any spelling); a `ConfigError` with close matches."""
+    reg = _ensure()
+    label = "solver" if kind == "optimizer" else "schedule"
+    if not isinstance(name, str):
+        raise ConfigError(f"the {label} name must be a string, got {name!r}", path)
+    entry = reg.entries[kind].get(normalize(name))
+    if entry is None:
+        keys = list(reg.entries[kind])
+        close = difflib.get_close_matches(normalize(name), keys, n=3, cutoff=0.6)
+        shown = []
+        for key in close:
+            canonical = reg.entries[kind][key].name
+            if canonical not in shown:
+                shown.append(canonical)
+        hint = f" (did you mean {' or '.join(repr(s) for s in shown)}?)" if shown else ""
+        raise ConfigError(
+            f"unknown {label} {name!r}{hint}; `gradtx.available({kind!r})` lists them all", path
+        )
+    return entry
+
+
+def get_optimizer(name: str) -> Callable[..., Any]:
+    """The optimizer factory registered under `name` (case- and separator-insensitive).
+
+    Args:
+      name: e.g. `"adamw"`, `"AdamW"`, `"adam_w"`, `"nnabla.adam"`, `"muon"`.
+
+    Returns:
+      The factory, e.g. `gradtx.adamw`.
+
+    Raises:
+      ConfigError: unknown name; the message lists close matches ("did you mean 'adamw'?").
+    """
+    return lookup(name, "optimizer").factory
+
+
+def get_schedule(name: str) -> Callable[..., Any]:
+    """The schedule constructor registered under `name` (case- and separator-insensitive).
+
+    Args:
+      name: e.g. `"warmup_cosine_decay"`, `"nnabla_step"`.
+
+    Returns:
+      The constructor, e.g. `gradtx.schedules.warmup_cosine_decay`.
+    """
+    return lookup(name, "schedule").factory
+
+
+def available(kind: str = "optimizer") -> list[str]:
+    """The canonical names of every registered optimizer (or schedule), sorted.
+
+    Args:
+      kind: "optimizer" or "schedule".
+
+    Returns:
+      A list of names; each is accepted by `get_optimizer` / a config's `name` field.
+    """
+    _check_kind("available", kind)
+    return [e.name for e in _ensure().canonical(kind)]
+
+
+def entries(kind: str = "optimizer") -> list[Entry]:
+    """Every registered entry of `kind` (internal: the CLI and the tests read the aliases)."""
+    return _ensure().canonical(kind)
+
+
+__all__ = [
+    "Entry",
+    "available",
+    "entries",
+    "get_optimizer",
+    "get_schedule",
+    "lookup",
+    "normalize",
+    "register",
+]

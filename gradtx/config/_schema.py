@@ -1,0 +1,420 @@
+"""The config schema: validation of every section, before anything is built.
+
+`validate(raw)` checks the structure, names and value types of a config and returns its
+normalized form (canonical solver and schedule names, sections as mappings, numbers given as
+strings such as YAML's `1e-3` turned into floats). Range checks are the factories' own, run when
+the optimizer is constructed (`_build`), with their messages moved under the config path.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ._errors import ConfigError, join
+from ._registry import Entry, lookup
+
+SECTIONS = (
+    "optimizer",
+    "weight_decay",
+    "clip",
+    "noise",
+    "nonfinite",
+    "lr_multipliers",
+    "accumulate",
+    "ema",
+)
+# section -> {key: (kind, required, default)}; the kinds are those of `check_value`
+SECTION_KEYS: dict[str, dict[str, tuple[str, bool, Any]]] = {
+    "weight_decay": {
+        "rate": ("scalar_or_schedule", True, None),
+        "mode": ("str", True, None),
+        "mask": ("mask", False, None),
+    },
+    "clip": {
+        "value": ("number", False, None),
+        "norm": ("number", False, None),
+        "global_norm": ("number", False, None),
+    },
+    "noise": {"eta": ("number", True, None), "gamma": ("number", False, 0.55),
+              "seed": ("int", False, 0)},
+    "nonfinite": {"action": ("str", True, None), "max_consecutive_errors": ("int", False, None)},
+    "lr_multipliers": {
+        "rules": ("rules", True, None),
+        "default": ("number", False, 1.0),
+        "strict": ("bool", False, True),
+    },
+    "accumulate": {"k": ("int", True, None), "average": ("bool", False, True)},
+    "ema": {"decay": ("number", True, None), "debias": ("bool", False, True)},
+}
+WARMUP_KEYS: dict[str, tuple[str, bool, Any]] = {
+    "steps": ("int", True, None),
+    "init_value": ("number", False, 0.0),
+    "mode": ("str", False, "linear"),
+}
+WEIGHT_DECAY_MODES = ("coupled", "decoupled")
+NONFINITE_ACTIONS = ("zero", "skip")
+
+
+def did_you_mean(name: str, candidates: Any) -> str:
+    close = difflib.get_close_matches(str(name), [str(c) for c in candidates], n=3)
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if callable(value):
+        return f"a {type(value).__name__} (configs hold data; name a registered factory)"
+    return repr(value)
+
+
+# --------------------------------------------------------------------------------------------
+# Parameter kinds, from the factories' annotations
+# --------------------------------------------------------------------------------------------
+
+
+def _annotation(param: inspect.Parameter) -> str:
+    ann = param.annotation
+    if ann is inspect.Parameter.empty:
+        return ""
+    return ann if isinstance(ann, str) else getattr(ann, "__name__", str(ann))
+
+
+def param_kind(param: inspect.Parameter) -> str:
+    """How a factory argument is given in a config, from its name and annotation."""
+    ann = _annotation(param)
+    base = re.sub(r"\s*\|\s*None|None\s*\|\s*", "", ann).strip()
+    if param.name.endswith("dtype"):
+        return "dtype"
+    if param.name == "learning_rate" or "ScalarOrSchedule" in ann:
+        return "scalar_or_schedule"
+    if "GradientTransformation" in ann:
+        return "optimizer"
+    if "MaskOrFn" in ann:
+        return "mask"
+    if re.match(r"(Sequence|Iterable|list)\[(Schedule|Callable)", base):
+        return "schedule_list"
+    if "Schedule" in base or base.startswith("Callable"):
+        return "schedule"
+    simple = {"bool": "bool", "int": "int", "float": "number", "ArrayLike": "number", "str": "str"}
+    if base in simple:
+        return simple[base]
+    if re.match(r"(Sequence|list|tuple)\[int", base):
+        return "int_list"
+    if base.startswith(("Mapping", "dict")):
+        return "mapping"
+    return "any"
+
+
+def optional(param: inspect.Parameter) -> bool:
+    return "None" in _annotation(param) or param.default is None
+
+
+@functools.lru_cache(maxsize=None)
+def signature(factory: Callable[..., Any]) -> inspect.Signature:
+    return inspect.signature(factory)
+
+
+def params_of(factory: Callable[..., Any]) -> tuple[dict[str, inspect.Parameter], bool]:
+    """The factory's named parameters, and whether it takes `**kwargs`."""
+    params, var_kw = {}, False
+    for p in signature(factory).parameters.values():
+        if p.kind is inspect.Parameter.VAR_KEYWORD:
+            var_kw = True
+        elif p.kind is not inspect.Parameter.VAR_POSITIONAL:
+            params[p.name] = p
+    return params, var_kw
+
+
+# --------------------------------------------------------------------------------------------
+# Values
+# --------------------------------------------------------------------------------------------
+
+
+def _number(value: Any, path: str) -> float | int:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ConfigError(f"must be a number, got {_shown(value)}", path)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            raise ConfigError(f"must be a number, got {value!r}", path) from None
+    return value
+
+
+def _int(value: Any, path: str) -> int:
+    if isinstance(value, str):
+        try:
+            value = float(value.strip()) if any(c in value for c in ".eE") else int(value)
+        except ValueError:
+            raise ConfigError(f"must be an integer, got {value!r}", path) from None
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"must be an integer, got {_shown(value)}", path)
+    return value
+
+
+def _dtype(value: Any, path: str) -> str:
+    import jax.numpy as jnp
+
+    if not isinstance(value, str):
+        raise ConfigError(f"must be a dtype name such as 'float32' or 'bfloat16', got "
+                          f"{_shown(value)}", path)
+    try:
+        return jnp.dtype(value).name
+    except TypeError:
+        raise ConfigError(f"must be a dtype name such as 'float32' or 'bfloat16', got "
+                          f"{value!r}", path) from None
+
+
+def check_value(kind: str, value: Any, path: str, *, nullable: bool = False) -> Any:
+    """`value` checked and normalized for a parameter of `kind` (see `param_kind`)."""
+    if value is None:
+        if nullable or kind == "any":
+            return None
+        raise ConfigError("must not be null", path)
+    if kind == "number":
+        return _number(value, path)
+    if kind == "int":
+        return _int(value, path)
+    if kind in ("bool", "str"):
+        wanted = bool if kind == "bool" else str
+        if not isinstance(value, wanted):
+            label = "true or false" if kind == "bool" else "a string"
+            raise ConfigError(f"must be {label}, got {_shown(value)}", path)
+        return value
+    if kind == "scalar_or_schedule":
+        if isinstance(value, Mapping):
+            return validate_schedule(value, path)
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise ConfigError(
+                f"must be a number or a schedule block {{name: ..., ...}}, got {_shown(value)}",
+                path,
+            )
+        return _number(value, path)
+    if kind == "schedule":
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"must be a schedule block {{name: ..., ...}}, got "
+                              f"{_shown(value)}", path)
+        return validate_schedule(value, path)
+    if kind == "schedule_list":
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"must be a list of schedule blocks, got {_shown(value)}", path)
+        return [check_value("schedule", v, join(path, i)) for i, v in enumerate(value)]
+    if kind == "optimizer":
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"must be an optimizer block {{name: ..., ...}}, got "
+                              f"{_shown(value)}", path)
+        return validate_optimizer(value, path)
+    if kind == "mask":
+        if isinstance(value, str | bool):
+            return value
+        if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+            return list(value)
+        raise ConfigError(f"must be a glob pattern or a list of patterns (see docs/patterns.md), "
+                          f"got {_shown(value)}", path)
+    if kind == "dtype":
+        return _dtype(value, path)
+    if kind == "int_list":
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"must be a list of integers, got {_shown(value)}", path)
+        return [_int(v, join(path, i)) for i, v in enumerate(value)]
+    if kind == "rules":
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"must be a mapping {{pattern: multiplier}}, got {_shown(value)}",
+                              path)
+        return dict(value)
+    if kind == "mapping":
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"must be a mapping, got {_shown(value)}", path)
+        return {_key(k): v for k, v in value.items()}
+    return value
+
+
+def _key(key: Any) -> Any:
+    """Mapping keys: integer strings become ints (JSON has only string keys)."""
+    if isinstance(key, str) and re.fullmatch(r"-?\d+", key.strip()):
+        return int(key)
+    return key
+
+
+# --------------------------------------------------------------------------------------------
+# Blocks
+# --------------------------------------------------------------------------------------------
+
+
+def _block_name(block: Mapping[str, Any], path: str, label: str) -> Any:
+    if "name" not in block:
+        example = "'adamw'" if label == "solver" else "'cosine_decay'"
+        raise ConfigError(f"missing the {label} name: add `name: ...` (e.g. {example})",
+                          join(path, "name"))
+    return block["name"]
+
+
+def _hyperparameters(
+    entry: Entry, block: Mapping[str, Any], path: str, skip: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    params, var_kw = params_of(entry.factory)
+    out: dict[str, Any] = {}
+    for key, value in block.items():
+        if key == "name" or key in skip:
+            continue
+        where = join(path, key)
+        if not isinstance(key, str):
+            raise ConfigError(f"keys must be strings, got {key!r}", path)
+        param = params.get(key)
+        if param is None:
+            if var_kw:
+                out[key] = value
+                continue
+            raise ConfigError(
+                f"{entry.name} has no hyperparameter {key!r}{did_you_mean(key, params)}; its "
+                f"hyperparameters are {list(params)}",
+                where,
+            )
+        out[key] = check_value(param_kind(param), value, where, nullable=optional(param))
+    for name, param in params.items():
+        if param.default is inspect.Parameter.empty and name not in out:
+            raise ConfigError(f"missing: {entry.name} requires {name!r}", join(path, name))
+    return out
+
+
+def validate_optimizer(block: Mapping[str, Any], path: str = "optimizer") -> dict[str, Any]:
+    """An optimizer block `{name, <hyperparameters>}`, normalized."""
+    if not isinstance(block, Mapping):
+        raise ConfigError(f"must be an optimizer block {{name: ..., ...}}, got "
+                          f"{_shown(block)}", path)
+    entry = lookup(_block_name(block, path, "solver"), "optimizer", join(path, "name"))
+    return {"name": entry.name, **_hyperparameters(entry, block, path)}
+
+
+def validate_schedule(block: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """A schedule block `{name, <arguments>, warmup?}`, normalized."""
+    entry = lookup(_block_name(block, path, "schedule"), "schedule", join(path, "name"))
+    out = {"name": entry.name, **_hyperparameters(entry, block, path, skip=("warmup",))}
+    if "warmup" in block:
+        params, _ = params_of(entry.factory)
+        if "warmup_steps" in params:
+            raise ConfigError(
+                f"contradictory: {entry.name} has its own warm-up (warmup_steps); drop the "
+                f"warmup block or use a schedule without one",
+                join(path, "warmup"),
+            )
+        out["warmup"] = validate_section_keys(block["warmup"], join(path, "warmup"), WARMUP_KEYS)
+    return out
+
+
+def validate_section_keys(
+    value: Any, path: str, keys: Mapping[str, tuple[str, bool, Any]]
+) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        example = ", ".join(f"{k}: ..." for k, (_, req, _) in keys.items() if req)
+        raise ConfigError(f"must be a mapping {{{example}}}, got {_shown(value)}", path)
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if key not in keys:
+            raise ConfigError(
+                f"unknown key {key!r}{did_you_mean(key, keys)}; the keys are {list(keys)}",
+                join(path, key),
+            )
+        kind, _, _ = keys[key]
+        out[key] = check_value(kind, item, join(path, key), nullable=not keys[key][1])
+    for key, (_, required, _) in keys.items():
+        if required and key not in out:
+            raise ConfigError("missing", join(path, key))
+    return out
+
+
+def _section(name: str, value: Any) -> dict[str, Any]:
+    if name == "nonfinite" and isinstance(value, str):
+        value = {"action": value}
+    out = validate_section_keys(value, name, SECTION_KEYS[name])
+    if name == "weight_decay" and out["mode"] not in WEIGHT_DECAY_MODES:
+        raise ConfigError(
+            f"must be 'coupled' (L2 added to the gradient before the solver) or 'decoupled' "
+            f"(AdamW-style, scaled by the learning rate), got {out['mode']!r}"
+            f"{did_you_mean(out['mode'], WEIGHT_DECAY_MODES)}",
+            "weight_decay.mode",
+        )
+    if name == "clip" and not any(out.get(k) is not None for k in ("value", "norm", "global_norm")):
+        raise ConfigError("give at least one of value, norm, global_norm", "clip")
+    if name == "nonfinite":
+        action = out["action"]
+        if action not in NONFINITE_ACTIONS:
+            raise ConfigError(
+                f"must be 'zero' (replace NaN/Inf elements by 0) or 'skip' (skip the step), got "
+                f"{action!r}{did_you_mean(action, NONFINITE_ACTIONS)}",
+                "nonfinite.action",
+            )
+        if action == "skip" and out.get("max_consecutive_errors") is None:
+            raise ConfigError("missing: action 'skip' needs it (e.g. 5)",
+                              "nonfinite.max_consecutive_errors")
+        if action == "zero" and out.get("max_consecutive_errors") is not None:
+            raise ConfigError("contradictory: only action 'skip' takes it",
+                              "nonfinite.max_consecutive_errors")
+    if name == "lr_multipliers":
+        for pattern, factor in out["rules"].items():
+            if not isinstance(pattern, str):
+                raise ConfigError(f"patterns must be strings, got {pattern!r}",
+                                  "lr_multipliers.rules")
+            out["rules"][pattern] = _number(factor, f"lr_multipliers.rules[{pattern!r}]")
+    return out
+
+
+def _check_weight_decay_once(config: Mapping[str, Any]) -> None:
+    if "weight_decay" not in config:
+        return
+    block = config["optimizer"]
+    params, _ = params_of(lookup(block["name"]).factory)
+    if "weight_decay" not in params:
+        return
+    own = block.get("weight_decay", params["weight_decay"].default)
+    if own is None or (isinstance(own, int | float) and own == 0):
+        return
+    given = "" if "weight_decay" in block else ", its default"
+    raise ConfigError(
+        f"contradictory: the solver {block['name']} decays weights itself "
+        f"(weight_decay={own!r}{given}) and the weight_decay section adds more; set "
+        "optimizer.weight_decay: 0 or drop the weight_decay section",
+        "weight_decay",
+    )
+
+
+def validate(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The normalized form of a whole config; raises `ConfigError` naming the path."""
+    for key in raw:
+        if key not in SECTIONS:
+            raise ConfigError(
+                f"unknown section {key!r}{did_you_mean(str(key), SECTIONS)}; the sections are "
+                f"{list(SECTIONS)}",
+                str(key),
+            )
+    if "optimizer" not in raw:
+        raise ConfigError("missing the optimizer section: add `optimizer: {name: ..., "
+                          "learning_rate: ...}`", "optimizer")
+    out: dict[str, Any] = {"optimizer": validate_optimizer(raw["optimizer"])}
+    for name in SECTIONS[1:]:
+        if name in raw and raw[name] is not None:
+            out[name] = _section(name, raw[name])
+    _check_weight_decay_once(out)
+    return out
+
+
+__all__ = [
+    "SECTIONS",
+    "SECTION_KEYS",
+    "check_value",
+    "param_kind",
+    "params_of",
+    "validate",
+    "validate_optimizer",
+    "validate_schedule",
+]

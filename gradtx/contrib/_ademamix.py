@@ -1,0 +1,311 @@
+"""AdEMAMix and Simplified AdEMAMix: Adam with a slow momentum mixed into the fast one."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+import gradtx
+
+from .._checks import alias_errors, check_in_range, check_non_negative
+from .._core import GradientTransformation
+from .._numerics import (
+    abs_sq,
+    as_stored,
+    bias_correction,
+    safe_increment,
+    value_at,
+    widen,
+    zero_count,
+)
+from .._typing import ArrayLike, ScalarOrSchedule, Updates
+from ..tree import assert_same_structure, map_split, zeros_like
+
+
+class ScaleByAdemamixState(NamedTuple):
+    """State of `scale_by_ademamix` (Optax's layout)."""
+
+    count: jax.Array  # type: ignore[assignment]  # int32, saturating: the fast EMA's steps
+    count_m2: jax.Array  # int32, saturating: the step that b3 / alpha schedules see
+    m1: Updates  # fast EMA of g, dtype mu_dtype or the params'
+    m2: Updates  # slow EMA of g (not bias-corrected), dtype mu_dtype or the params'
+    nu: Updates  # EMA of |g|^2, dtype mu_dtype or the params' (as in Optax)
+
+
+class ScaleBySimplifiedAdEMAMixState(NamedTuple):
+    """State of `scale_by_simplified_ademamix` (Optax's layout)."""
+
+    t: jax.Array  # int32, saturating
+    m: Updates  # accumulated momentum sum_k b1^k g_{t-k}, the params' dtype
+    n: Updates  # EMA of |g|^2, the params' dtype
+
+
+def _check_common(who: str, b1: Any, b2: Any, eps: Any, eps_root: Any) -> None:
+    check_in_range(who, "b1", b1, 0.0, 1.0, high_open=True)
+    check_in_range(who, "b2", b2, 0.0, 1.0, high_open=True)
+    check_non_negative(who, "eps", eps)
+    check_non_negative(who, "eps_root", eps_root)
+
+
+def scale_by_ademamix(
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    b3: ScalarOrSchedule = 0.9999,
+    alpha: ScalarOrSchedule = 6.0,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    mu_dtype: Any = None,
+) -> GradientTransformation:
+    r"""Rescale updates by AdEMAMix: Adam's bias-corrected fast momentum plus :math:`\alpha`
+    times a slow, uncorrected momentum.
+
+    .. math::
+
+      m^{(1)}_t = \beta_1 m^{(1)}_{t-1} + (1-\beta_1) g_t, \qquad
+      m^{(2)}_t = \beta_3 m^{(2)}_{t-1} + (1-\beta_3) g_t, \qquad
+      \nu_t = \beta_2 \nu_{t-1} + (1-\beta_2) g_t^2, \\
+      u_t = \frac{m^{(1)}_t / (1-\beta_1^t) + \alpha\, m^{(2)}_t}
+        {\sqrt{\nu_t / (1-\beta_2^t) + \epsilon_{root}} + \epsilon}
+
+    :math:`\beta_3` and :math:`\alpha` may be schedules (the paper warms both up). All three
+    buffers use `mu_dtype`, as in Optax. Matches `optax.contrib.scale_by_ademamix`.
+
+    Args:
+      b1: :math:`\beta_1` in [0, 1), decay of the fast EMA.
+      b2: :math:`\beta_2` in [0, 1), decay of the second moment.
+      b3: :math:`\beta_3` in [0, 1), decay of the slow EMA; a float or a schedule.
+      alpha: :math:`\alpha` >= 0, weight of the slow EMA; a float or a schedule.
+      eps: :math:`\epsilon` >= 0 added outside the square root.
+      eps_root: :math:`\epsilon_{root}` >= 0 added inside the square root.
+      mu_dtype: dtype of the buffers (default: the params' dtype).
+
+    Returns:
+      A `GradientTransformation` with state `ScaleByAdemamixState(count, count_m2, m1, m2, nu)`.
+
+    Reference: Pagliardini et al., "The AdEMAMix Optimizer: Better, Faster, Older" (2024),
+    arXiv:2409.03137.
+    """
+    who = "scale_by_ademamix"
+    _check_common(who, b1, b2, eps, eps_root)
+    check_in_range(who, "b3", b3, 0.0, 1.0, high_open=True)
+    check_non_negative(who, "alpha", alpha)
+
+    def init(params):
+        return ScaleByAdemamixState(
+            count=zero_count(),
+            count_m2=zero_count(),
+            m1=zeros_like(params, mu_dtype),
+            m2=zeros_like(params, mu_dtype),
+            nu=zeros_like(params, mu_dtype),
+        )
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        assert_same_structure(who, updates=updates, **{"state.m1": state.m1})
+        beta3 = value_at(b3, state.count_m2)
+        mix = value_at(alpha, state.count_m2)
+        count = safe_increment(state.count)
+        c1 = bias_correction(b1, count)
+        c2 = bias_correction(b2, count)
+
+        def leaf(g, m1, m2, v):
+            gw = widen(g)
+            m1_new = as_stored(jnp.asarray((1 - b1) * gw + b1 * widen(m1)), m1)
+            m2_new = as_stored((1 - beta3) * gw + beta3 * widen(m2), m2)
+            v_new = as_stored(jnp.asarray((1 - b2) * abs_sq(gw) + b2 * widen(v)), v)
+            u = (m1_new / c1 + mix * m2_new) / (jnp.sqrt(v_new / c2 + eps_root) + eps)
+            return (
+                u.astype(g.dtype),
+                m1_new.astype(m1.dtype),
+                m2_new.astype(m2.dtype),
+                v_new.astype(v.dtype),
+            )
+
+        updates, m1, m2, nu = map_split(leaf, 4, updates, state.m1, state.m2, state.nu)
+        new_state = ScaleByAdemamixState(
+            count=count, count_m2=safe_increment(state.count_m2), m1=m1, m2=m2, nu=nu
+        )
+        return updates, new_state
+
+    return GradientTransformation(init, update)
+
+
+@alias_errors(renamed={"weight_decay: rate": "weight_decay"})
+def ademamix(
+    learning_rate: ScalarOrSchedule,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    b3: ScalarOrSchedule = 0.9999,
+    alpha: ScalarOrSchedule = 5.0,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    mu_dtype: Any = None,
+    weight_decay: ScalarOrSchedule = 0.0,
+    mask: Any = None,
+) -> GradientTransformation:
+    r"""AdEMAMix: AdamW with a mixture of a fast and a slow momentum.
+
+    .. math::
+
+      w_t = w_{t-1} - \eta_t \left( \frac{\hat m^{(1)}_t + \alpha\, m^{(2)}_t}
+        {\sqrt{\hat\nu_t + \epsilon_{root}} + \epsilon} + \lambda w_{t-1} \right)
+
+    with the buffers of `scale_by_ademamix`. `chain(scale_by_ademamix(...),
+    weight_decay(weight_decay, mask), scale_by_learning_rate(learning_rate))`. Note that the
+    alias's default :math:`\alpha` is 5 and the primitive's 6, as in Optax. Matches
+    `optax.contrib.ademamix`.
+
+    Args:
+      learning_rate: :math:`\eta` >= 0, a float or a schedule.
+      b1: :math:`\beta_1` in [0, 1), decay of the fast EMA.
+      b2: :math:`\beta_2` in [0, 1), decay of the second moment.
+      b3: :math:`\beta_3` in [0, 1), decay of the slow EMA (float or schedule).
+      alpha: :math:`\alpha` >= 0, weight of the slow EMA (float or schedule).
+      eps: :math:`\epsilon` >= 0 added outside the square root.
+      eps_root: :math:`\epsilon_{root}` >= 0 added inside the square root.
+      mu_dtype: dtype of the buffers (default: the params' dtype).
+      weight_decay: :math:`\lambda` >= 0, decoupled weight decay (scaled by the learning rate).
+      mask: which parameters decay (a boolean tree, a callable or glob patterns); None: all.
+
+    Returns:
+      A `GradientTransformation`.
+
+    Example:
+      >>> import jax.numpy as jnp, gradtx
+      >>> tx = gradtx.contrib.ademamix(1e-2)
+      >>> params = {"w": jnp.ones(3)}
+      >>> updates, state = tx.update({"w": jnp.ones(3)}, tx.init(params), params)
+
+    Reference: Pagliardini et al., "The AdEMAMix Optimizer: Better, Faster, Older" (2024),
+    arXiv:2409.03137.
+    """
+    return gradtx.chain(
+        scale_by_ademamix(b1, b2, b3, alpha, eps, eps_root, mu_dtype),
+        gradtx.weight_decay(weight_decay, mask),
+        gradtx.scale_by_learning_rate(learning_rate),
+    )
+
+
+def scale_by_simplified_ademamix(
+    b1: ArrayLike = 0.99,
+    b2: ArrayLike = 0.95,
+    alpha: ScalarOrSchedule = 0.0,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+) -> GradientTransformation:
+    r"""Rescale updates by Simplified AdEMAMix: one undamped momentum plus :math:`\alpha` times
+    the current gradient, over Adam's denominator.
+
+    .. math::
+
+      m_t = \beta_1 m_{t-1} + g_t, \qquad n_t = \beta_2 n_{t-1} + (1-\beta_2) g_t^2, \qquad
+      u_t = \frac{m_t + \alpha\, g_t}{\sqrt{n_t / (1-\beta_2^t) + \epsilon_{root}} + \epsilon}
+
+    The momentum is a plain discounted sum (no :math:`1-\beta_1` factor, no bias correction).
+    Matches `optax.contrib.scale_by_simplified_ademamix`.
+
+    Args:
+      b1: :math:`\beta_1` in [0, 1), discount of the momentum.
+      b2: :math:`\beta_2` in [0, 1), decay of the second moment.
+      alpha: :math:`\alpha` >= 0, weight of the current gradient; a float or a schedule.
+      eps: :math:`\epsilon` >= 0 added outside the square root.
+      eps_root: :math:`\epsilon_{root}` >= 0 added inside the square root.
+
+    Returns:
+      A `GradientTransformation` with state `ScaleBySimplifiedAdEMAMixState(t, m, n)`.
+
+    Reference: Morwani et al., "Connections between Schedule-Free Optimizers, AdEMAMix, and
+    Accelerated SGD Variants" (2025), arXiv:2502.02431.
+    """
+    who = "scale_by_simplified_ademamix"
+    _check_common(who, b1, b2, eps, eps_root)
+    check_non_negative(who, "alpha", alpha)
+
+    def init(params):
+        return ScaleBySimplifiedAdEMAMixState(
+            t=zero_count(), m=zeros_like(params), n=zeros_like(params)
+        )
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        assert_same_structure(who, updates=updates, **{"state.m": state.m})
+        mix = value_at(alpha, state.t)
+        t = safe_increment(state.t)
+        c2 = bias_correction(b2, t)
+
+        def leaf(g, m, n):
+            gw = widen(g)
+            m_new = as_stored(gw + b1 * widen(m), m)
+            g2 = abs_sq(gw)
+            n_new = as_stored(g2 + b2 * (widen(n) - g2), n)
+            u = (m_new + mix * gw) / (jnp.sqrt(n_new / c2 + eps_root) + eps)
+            return u.astype(g.dtype), m_new.astype(m.dtype), n_new.astype(n.dtype)
+
+        updates, m, n = map_split(leaf, 3, updates, state.m, state.n)
+        return updates, ScaleBySimplifiedAdEMAMixState(t=t, m=m, n=n)
+
+    return GradientTransformation(init, update)
+
+
+@alias_errors(renamed={"weight_decay: rate": "weight_decay"})
+def simplified_ademamix(
+    learning_rate: ScalarOrSchedule,
+    b1: ArrayLike = 0.99,
+    b2: ArrayLike = 0.95,
+    alpha: ScalarOrSchedule = 0.0,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    weight_decay: ScalarOrSchedule = 0.0,
+    mask: Any = None,
+) -> GradientTransformation:
+    r"""Simplified AdEMAMix: a single undamped momentum, mixed with the current gradient.
+
+    .. math::
+
+      w_t = w_{t-1} - \eta_t \left( \frac{m_t + \alpha\, g_t}
+        {\sqrt{\hat n_t + \epsilon_{root}} + \epsilon} + \lambda w_{t-1} \right)
+
+    with the buffers of `scale_by_simplified_ademamix`; :math:`\alpha = 0` is Adam with a
+    rescaled learning rate and :math:`\beta_1`. `chain(scale_by_simplified_ademamix(...),
+    weight_decay(weight_decay, mask), scale_by_learning_rate(learning_rate))`. Matches
+    `optax.contrib.simplified_ademamix`.
+
+    Args:
+      learning_rate: :math:`\eta` >= 0, a float or a schedule.
+      b1: :math:`\beta_1` in [0, 1), discount of the momentum.
+      b2: :math:`\beta_2` in [0, 1), decay of the second moment.
+      alpha: :math:`\alpha` >= 0, weight of the current gradient (float or schedule).
+      eps: :math:`\epsilon` >= 0 added outside the square root.
+      eps_root: :math:`\epsilon_{root}` >= 0 added inside the square root.
+      weight_decay: :math:`\lambda` >= 0, decoupled weight decay (scaled by the learning rate).
+      mask: which parameters decay (a boolean tree, a callable or glob patterns); None: all.
+
+    Returns:
+      A `GradientTransformation`.
+
+    Example:
+      >>> import jax.numpy as jnp, gradtx
+      >>> tx = gradtx.contrib.simplified_ademamix(1e-3)
+      >>> params = {"w": jnp.ones(3)}
+      >>> updates, state = tx.update({"w": jnp.ones(3)}, tx.init(params), params)
+
+    Reference: Morwani et al., "Connections between Schedule-Free Optimizers, AdEMAMix, and
+    Accelerated SGD Variants" (2025), arXiv:2502.02431.
+    """
+    return gradtx.chain(
+        scale_by_simplified_ademamix(b1, b2, alpha, eps, eps_root),
+        gradtx.weight_decay(weight_decay, mask),
+        gradtx.scale_by_learning_rate(learning_rate),
+    )
+
+
+__all__ = [
+    "ScaleByAdemamixState",
+    "ScaleBySimplifiedAdEMAMixState",
+    "ademamix",
+    "scale_by_ademamix",
+    "scale_by_simplified_ademamix",
+    "simplified_ademamix",
+]

@@ -1,0 +1,496 @@
+"""Muon: momentum orthogonalised by Newton-Schulz iterations for matrix parameters, AdamW for the
+others."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import gradtx
+
+from .._checks import alias_errors, check_in_range, check_int, check_non_negative, check_one_of
+from .._core import EmptyState, GradientTransformation, chain
+from .._numerics import bias_correction, safe_increment, widen, zero_count
+from .._typing import ArrayLike, Params, ScalarOrSchedule, Updates
+from ..tree import zeros_like
+
+_PRECONDITIONINGS = ("frobenius", "spectral", "aol", "schatten")
+_DEFAULT_NS_COEFFS = (3.4445, -4.7750, 2.0315)
+_NS_COEFFS_PRESETS: dict[str, Any] = {
+    "standard": _DEFAULT_NS_COEFFS,
+    "dion": (
+        (4.0848, -6.8946, 2.9270),
+        (3.9505, -6.3029, 2.6377),
+        (3.7418, -5.5913, 2.3037),
+        (2.8769, -3.1427, 1.2046),
+        (2.8366, -3.0525, 1.2012),
+    ),
+}
+
+
+class MuonDimensionNumbers(NamedTuple):
+    """Which axes of a parameter form the matrix that Muon orthogonalises.
+
+    The parameter is used as :math:`y = x W`: `reduction_axis` (the input, fan-in axes) and
+    `output_axis` (the output, fan-out axes) are flattened into the matrix's rows and columns;
+    every other axis is a batch axis, orthogonalised independently. The default is a plain
+    matrix (rows = axis 0, columns = axis 1). Negative axes count from the end.
+    """
+
+    reduction_axis: Sequence[int] | int = 0
+    output_axis: Sequence[int] | int = 1
+
+
+DimensionNumbersOrFn = MuonDimensionNumbers | Params | Callable[[Params], Any] | None
+
+
+class MuonState(NamedTuple):
+    """State of `scale_by_muon`."""
+
+    count: jax.Array  # int32, saturating
+    mu: Updates  # momentum, dtype mu_dtype or the params'
+
+
+# --------------------------------------------------------------------------------------------
+# Dimension numbers: per leaf, and the matrix view of a leaf
+# --------------------------------------------------------------------------------------------
+
+
+class _Spec:
+    """A leaf wrapper, so that a `MuonDimensionNumbers` (a tuple) or None survives a tree map."""
+
+    def __init__(self, value: MuonDimensionNumbers | None):
+        self.value = value
+
+
+def _is_spec_leaf(x: Any) -> bool:
+    return x is None or isinstance(x, MuonDimensionNumbers)
+
+
+def per_leaf_dimension_numbers(
+    who: str, spec: DimensionNumbersOrFn, tree: Any
+) -> list[MuonDimensionNumbers | None]:
+    """The dimension numbers of each leaf of `tree` (in flattening order) from `spec`: one
+    `MuonDimensionNumbers` for all, a tree (or prefix) of them and Nones, or a callable of `tree`
+    returning one of those."""
+    if callable(spec) and not isinstance(spec, MuonDimensionNumbers):
+        spec = spec(tree)
+    n = len(jax.tree.leaves(tree))
+    if _is_spec_leaf(spec):
+        return [spec] * n
+    try:
+        spread = jax.tree.map(
+            lambda d, sub: jax.tree.map(lambda _: _Spec(d), sub), spec, tree, is_leaf=_is_spec_leaf
+        )
+    except ValueError as e:
+        raise ValueError(
+            f"{who}: the weight dimension numbers must have the params' tree structure or be a "
+            f"prefix of it ({e})"
+        ) from None
+    return [s.value for s in jax.tree.leaves(spread)]
+
+
+def _axes(ndim: int, axes: Sequence[int] | int) -> tuple[int, ...]:
+    axes = (axes,) if isinstance(axes, int | np.integer) else tuple(axes)
+    return tuple(int(a) % ndim for a in axes)
+
+
+def _matrix_axes(
+    who: str, shape: tuple[int, ...], dims: MuonDimensionNumbers | None
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(batch, reduction, output) axes of a leaf of `shape`."""
+    ndim = len(shape)
+    if dims is None:
+        if ndim != 2:
+            raise ValueError(
+                f"{who}: a parameter of shape {shape} is not a matrix; give it "
+                "MuonDimensionNumbers (weight_dimension_numbers) or leave it out of Muon"
+            )
+        dims = MuonDimensionNumbers()
+    if ndim < 2:
+        raise ValueError(f"{who}: Muon needs parameters of rank >= 2, got shape {shape}")
+    red, out = _axes(ndim, dims.reduction_axis), _axes(ndim, dims.output_axis)
+    if set(red) & set(out) or not red or not out:
+        raise ValueError(
+            f"{who}: reduction and output axes must be non-empty and disjoint, got {dims} for "
+            f"shape {shape}"
+        )
+    batch = tuple(a for a in range(ndim) if a not in red and a not in out)
+    return batch, red, out
+
+
+def _fans(who: str, shape: tuple[int, ...], dims: MuonDimensionNumbers | None) -> tuple[int, int]:
+    _, red, out = _matrix_axes(who, shape, dims)
+    return math.prod(shape[a] for a in red), math.prod(shape[a] for a in out)
+
+
+# --------------------------------------------------------------------------------------------
+# Newton-Schulz orthogonalisation of a batch of matrices (..., m, n)
+# --------------------------------------------------------------------------------------------
+
+
+def _mT(x: jax.Array) -> jax.Array:
+    return jnp.swapaxes(x, -1, -2)
+
+
+def _ns_step(x: jax.Array, a: jax.Array, c: jax.Array) -> jax.Array:
+    # f(X) = c0 X + (c1 A + c2 A A) X with A = X X^H
+    b = c[1] * a + c[2] * (a @ a)
+    return c[0] * x + b @ x
+
+
+def _orthogonalize(
+    x: jax.Array, coeffs: np.ndarray, preconditioning: str, eps: ArrayLike
+) -> jax.Array:
+    """Newton-Schulz iterations on a stack of matrices `x` of shape (batch, m, n), in float32."""
+    transposed = x.shape[-2] > x.shape[-1]
+    if transposed:  # iterate on the smaller Gram matrix; f(X^T) = f(X)^T
+        x = _mT(x)
+    if preconditioning == "frobenius":
+        x = x / (jnp.linalg.norm(x, ord="fro", axis=(-2, -1), keepdims=True) + eps)
+    elif preconditioning == "spectral":
+        x = x / (jnp.linalg.norm(x, ord=2, axis=(-2, -1), keepdims=True) + eps)
+    for i, row in enumerate(coeffs):
+        c = jnp.asarray(row, x.dtype)
+        if i == 0 and preconditioning == "aol":
+            # "almost orthogonal layer" rescaling of the first step's Gram matrix
+            a = x @ jnp.conj(_mT(x))
+            s = jax.lax.rsqrt(jnp.maximum(jnp.sum(jnp.abs(a), axis=-1), eps))[..., None]
+            x, a = x * s, a * s * _mT(s)
+        elif i == 0 and preconditioning == "schatten":
+            # Schatten-4 norm rescaling (Optax's form: X X^T, not X X^H)
+            a = x @ _mT(x)
+            norm = jnp.linalg.norm(a, ord="fro", axis=(-2, -1), keepdims=True)
+            s = jax.lax.rsqrt(jnp.maximum(norm, eps))
+            x, a = x * s, a * s**2
+        else:
+            a = x @ jnp.conj(_mT(x))
+        x = _ns_step(x, a, c)
+    return _mT(x) if transposed else x
+
+
+def _orthogonalize_leaf(
+    who: str,
+    x: jax.Array,
+    dims: MuonDimensionNumbers | None,
+    coeffs: np.ndarray,
+    preconditioning: str,
+    eps: ArrayLike,
+) -> jax.Array:
+    batch, red, out = _matrix_axes(who, x.shape, dims)
+    order = batch + red + out
+    size = lambda axes: math.prod(x.shape[a] for a in axes)
+    matrices = jnp.transpose(x, order).reshape(size(batch), size(red), size(out))
+    ortho = _orthogonalize(matrices, coeffs, preconditioning, eps)
+    ortho = ortho.reshape(tuple(x.shape[a] for a in order))
+    return jnp.transpose(ortho, np.argsort(order))
+
+
+def _coefficient_table(who: str, ns_coeffs: Any, ns_steps: int) -> np.ndarray:
+    """The coefficients of each iteration, shape (iterations, 3)."""
+    if isinstance(ns_coeffs, str):
+        check_one_of(who, "ns_coeffs", ns_coeffs, list(_NS_COEFFS_PRESETS))
+        ns_coeffs = _NS_COEFFS_PRESETS[ns_coeffs]
+    try:
+        table = np.asarray(ns_coeffs, np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{who}: ns_coeffs must be 3 numbers or rows of 3 numbers, got {ns_coeffs!r}"
+        ) from None
+    if table.ndim not in (1, 2) or table.shape[-1] != 3:
+        raise ValueError(f"{who}: ns_coeffs must have shape (3,) or (n, 3), got {table.shape}")
+    if table.ndim == 1:
+        return np.tile(table, (ns_steps, 1))
+    if table.shape[0] > ns_steps:
+        raise ValueError(
+            f"{who}: ns_coeffs has {table.shape[0]} rows, more than ns_steps={ns_steps} "
+            "(a table of coefficients gives one iteration per row, at most ns_steps)"
+        )
+    return table
+
+
+# --------------------------------------------------------------------------------------------
+# Primitives
+# --------------------------------------------------------------------------------------------
+
+
+def scale_by_muon(
+    ns_coeffs: Any = _DEFAULT_NS_COEFFS,
+    ns_steps: int = 5,
+    beta: ArrayLike = 0.95,
+    eps: ArrayLike = 1e-8,
+    mu_dtype: Any = None,
+    *,
+    nesterov: bool = True,
+    adaptive: bool = False,
+    preconditioning: str = "frobenius",
+    weight_dimension_numbers: DimensionNumbersOrFn = None,
+) -> GradientTransformation:
+    r"""Replace each matrix update by the orthogonalised (Nesterov) momentum: Muon's direction.
+
+    .. math::
+
+      m_t = \beta m_{t-1} + (1-\beta) g_t, \qquad
+      \hat m_t = \beta \frac{m_t}{1-\beta^{t+1}} + (1-\beta) \frac{g_t}{1-\beta^t}
+      \ \ (\text{or } m_t / (1-\beta^t) \text{ without Nesterov}), \qquad
+      u_t = \mathrm{NS}(\hat m_t / \|\hat m_t\|_F)
+
+    where NS applies the quintic :math:`X \mapsto c_0 X + (c_1 A + c_2 A^2) X`,
+    :math:`A = X X^H`, `ns_steps` times (one row of coefficients per step when `ns_coeffs` is a
+    table), driving the singular values towards 1, so that :math:`u_t \approx U V^H` for
+    :math:`\hat m_t = U S V^H`. With `adaptive`, :math:`u_t` is scaled by
+    :math:`\langle \hat m_t, u_t \rangle` (the dual norm). Computed in float32.
+
+    Args:
+      ns_coeffs: :math:`(c_0, c_1, c_2)`, or a table of such rows (one per iteration, at most
+        `ns_steps` rows; then `ns_steps` is otherwise ignored).
+      ns_steps: number of iterations (>= 1).
+      beta: :math:`\beta` in [0, 1), the momentum decay.
+      eps: >= 0, added to the normalising norm.
+      mu_dtype: dtype of the momentum (default: the params' dtype).
+      nesterov: use Nesterov momentum.
+      adaptive: scale by the dual norm (Bernstein & Newhouse, 2024).
+      preconditioning: how to normalise before iterating: "frobenius" (default), "spectral"
+        (exact largest singular value, costlier), "aol" (almost-orthogonal-layer rescaling of
+        the first step) or "schatten" (Schatten-4 norm rescaling of the first step).
+      weight_dimension_numbers: which axes form each leaf's matrix: None (every leaf is a
+        matrix), one `MuonDimensionNumbers` for all, a tree (or prefix) of them (a None entry
+        means the default matrix axes), or a callable of the updates returning one of those.
+
+    Returns:
+      A `GradientTransformation` with state `MuonState(count, mu)`.
+
+    Reference: Jordan et al., "Muon: An optimizer for hidden layers in neural networks" (2024);
+    Bernstein & Newhouse, "Old Optimizer, New Norm: An Anthology" (2024). Matches
+    `optax.contrib.scale_by_muon` (Optax 0.2.8), except: the coefficients are a construction
+    constant, not state (Optax's `MuonState.ns_coeffs`); `weight_dimension_numbers=None` works on
+    any tree of matrices (Optax's fails on anything but a single array); the first "aol" /
+    "schatten" step uses `eps` (Optax hard-codes 1e-8); the iterations run in float32.
+    """
+    who = "scale_by_muon"
+    check_int(who, "ns_steps", ns_steps, minimum=1)
+    table = _coefficient_table(who, ns_coeffs, ns_steps)
+    check_in_range(who, "beta", beta, 0.0, 1.0, high_open=True)
+    check_non_negative(who, "eps", eps)
+    check_one_of(who, "preconditioning", preconditioning, _PRECONDITIONINGS)
+
+    def init(params):
+        return MuonState(count=zero_count(), mu=zeros_like(params, mu_dtype))
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        count = safe_increment(state.count)
+        leaves, treedef = jax.tree.flatten(updates)
+        dims = per_leaf_dimension_numbers(who, weight_dimension_numbers, updates)
+        mus = treedef.flatten_up_to(state.mu)
+        corr = bias_correction(beta, count)
+        corr_next = bias_correction(beta, safe_increment(count))
+        new_updates, new_mu = [], []
+        for g, m, d in zip(leaves, mus, dims, strict=True):
+            g32 = widen(g)
+            m32 = (1 - beta) * g32 + beta * widen(m)
+            if nesterov:
+                m_hat = beta * (m32 / corr_next) + (1 - beta) * (g32 / corr)
+            else:
+                m_hat = m32 / corr
+            u = _orthogonalize_leaf(who, m_hat, d, table, preconditioning, eps)
+            if adaptive:
+                u = jnp.sum(jnp.conj(m_hat) * u) * u
+            new_updates.append(u.astype(g.dtype))
+            new_mu.append(m32.astype(m.dtype))
+        return treedef.unflatten(new_updates), MuonState(count=count, mu=treedef.unflatten(new_mu))
+
+    return GradientTransformation(init, update)
+
+
+def scale_by_shape(
+    weight_dimension_numbers: DimensionNumbersOrFn = None,
+    consistent_rms: ArrayLike | None = None,
+) -> GradientTransformation:
+    r"""Scale each matrix update by a factor of its shape (Muon's width scaling).
+
+    .. math::
+
+      u = \sqrt{\max(1, n_{out} / n_{in})}\; g
+      \quad\text{or, with consistent\_rms } \rho,\quad
+      u = \rho \sqrt{\max(n_{in}, n_{out})}\; g
+
+    with :math:`n_{in}, n_{out}` the sizes of the reduction and output axes. The first keeps
+    the spectral norm of the update in step with the layer's width; the second gives the update
+    an RMS of about :math:`\rho` (0.2 matches AdamW's), like the "Muon is scalable" paper.
+
+    Args:
+      weight_dimension_numbers: the matrix axes of each leaf, as in `scale_by_muon`.
+      consistent_rms: :math:`\rho` >= 0, or None for the width scaling.
+
+    Returns:
+      A stateless `GradientTransformation` (`EmptyState`).
+
+    Reference: Jordan et al., "Muon" (2024); Liu et al., "Muon is Scalable for LLM Training"
+    (2025). Matches Optax 0.2.8's `optax.contrib._muon.scale_by_shape` (not exported there).
+    """
+    who = "scale_by_shape"
+    check_non_negative(who, "consistent_rms", consistent_rms)
+
+    def init(params):
+        del params
+        return EmptyState()
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        leaves, treedef = jax.tree.flatten(updates)
+        dims = per_leaf_dimension_numbers(who, weight_dimension_numbers, updates)
+        out = []
+        for g, d in zip(leaves, dims, strict=True):
+            fan_in, fan_out = _fans(who, g.shape, d)
+            if consistent_rms is None:
+                factor: Any = math.sqrt(max(1.0, fan_out / fan_in))
+            else:
+                factor = math.sqrt(max(fan_in, fan_out)) * consistent_rms
+            out.append((factor * widen(g)).astype(g.dtype))
+        return treedef.unflatten(out), state
+
+    return GradientTransformation(init, update)
+
+
+# --------------------------------------------------------------------------------------------
+# Alias
+# --------------------------------------------------------------------------------------------
+
+
+@alias_errors(
+    renamed={"weight_decay: rate": "weight_decay", "adamw: weight_decay": "adam_weight_decay"}
+)
+def muon(
+    learning_rate: ScalarOrSchedule,
+    ns_coeffs: Any = _DEFAULT_NS_COEFFS,
+    ns_steps: int = 5,
+    beta: ArrayLike = 0.95,
+    eps: ArrayLike = 1e-8,
+    weight_decay: ArrayLike = 0.0,
+    weight_decay_mask: Any = None,
+    mu_dtype: Any = None,
+    *,
+    nesterov: bool = True,
+    adaptive: bool = False,
+    preconditioning: str = "frobenius",
+    adam_b1: ArrayLike = 0.9,
+    adam_b2: ArrayLike = 0.999,
+    adam_eps_root: ArrayLike = 0.0,
+    adam_weight_decay: ArrayLike = 0.0,
+    adam_learning_rate: ScalarOrSchedule | None = None,
+    muon_weight_dimension_numbers: DimensionNumbersOrFn = None,
+    consistent_rms: ArrayLike | None = None,
+) -> GradientTransformation:
+    r"""Muon: orthogonalised Nesterov momentum for matrices, AdamW for every other parameter.
+
+    .. math::
+
+      W_{t+1} = W_t - \eta_t \big(s\, \mathrm{NS}(\hat m_t) + \lambda W_t\big)
+      \ \text{(matrices)}, \qquad
+      w_{t+1} = w_t - \eta'_t \Big(\frac{\hat m'_t}{\sqrt{\hat v'_t + \epsilon_{root}} +
+      \epsilon} + \lambda' w_t\Big) \ \text{(the rest)}
+
+    with :math:`\mathrm{NS}(\hat m_t)` of `scale_by_muon` and :math:`s` of `scale_by_shape`.
+    `multi_transform({"muon": chain(scale_by_muon(...), scale_by_shape(...),
+    weight_decay(weight_decay, weight_decay_mask), scale_by_learning_rate(learning_rate)),
+    "adam": adamw(adam_learning_rate, adam_b1, adam_b2, eps, adam_eps_root,
+    weight_decay=adam_weight_decay, nesterov=nesterov)}, labels)`. Without
+    `muon_weight_dimension_numbers` every 2-D parameter is a Muon matrix and every other one
+    goes to AdamW; with them, the leaves whose dimension numbers are not None go to Muon.
+
+    Args:
+      learning_rate: :math:`\eta` >= 0 (float or schedule) of the Muon matrices.
+      ns_coeffs: Newton-Schulz coefficients, a table of them, or a preset name ("standard",
+        "dion"); see `scale_by_muon`.
+      ns_steps: Newton-Schulz iterations (>= 1).
+      beta: momentum decay in [0, 1).
+      eps: >= 0, the normalisation's and AdamW's epsilon.
+      weight_decay: :math:`\lambda` >= 0 of the matrices, multiplied by the learning rate.
+      weight_decay_mask: which matrices decay (boolean tree or prefix, callable, or patterns).
+      mu_dtype: dtype of the momenta (Muon's and AdamW's first moment).
+      nesterov: Nesterov momentum (for Muon and for AdamW).
+      adaptive: scale by the dual norm (see `scale_by_muon`).
+      preconditioning: "frobenius", "spectral", "aol" or "schatten" (see `scale_by_muon`).
+      adam_b1: AdamW's :math:`\beta_1` in [0, 1).
+      adam_b2: AdamW's :math:`\beta_2` in [0, 1).
+      adam_eps_root: AdamW's :math:`\epsilon_{root}` >= 0.
+      adam_weight_decay: AdamW's :math:`\lambda'` >= 0.
+      adam_learning_rate: AdamW's :math:`\eta'`; None uses `learning_rate`.
+      muon_weight_dimension_numbers: which leaves are Muon matrices and how: a tree (or
+        prefix) of `MuonDimensionNumbers` and None (None: AdamW), one `MuonDimensionNumbers`
+        for every leaf, or a callable of the params returning one of those; None: every 2-D
+        leaf, as a plain matrix.
+      consistent_rms: None (width scaling) or the target RMS (e.g. 0.2) of `scale_by_shape`.
+
+    Returns:
+      A `GradientTransformation` with state `MultiTransformState` ("muon" and "adam").
+
+    Example:
+      >>> import jax.numpy as jnp, gradtx
+      >>> params = {"w": jnp.ones((4, 3)), "b": jnp.zeros(3)}
+      >>> tx = gradtx.contrib.muon(0.02)
+      >>> state = tx.init(params)
+      >>> grads = {"w": jnp.arange(12.0).reshape(4, 3), "b": jnp.ones(3)}
+      >>> updates, state = tx.update(grads, state, params)
+      >>> [updates[k].shape for k in ("w", "b")]
+      [(4, 3), (3,)]
+
+    Reference: Jordan et al., "Muon: An optimizer for hidden layers in neural networks" (2024);
+    Liu et al., "Muon is Scalable for LLM Training" (2025). Matches `optax.contrib.muon` (Optax
+    0.2.8), with the differences listed in `scale_by_muon`.
+    """
+    who = "muon"
+    if adam_learning_rate is None:
+        adam_learning_rate = learning_rate
+    spec: DimensionNumbersOrFn = muon_weight_dimension_numbers
+    if isinstance(ns_coeffs, str):
+        check_one_of(who, "ns_coeffs", ns_coeffs, list(_NS_COEFFS_PRESETS))
+        ns_coeffs = _NS_COEFFS_PRESETS[ns_coeffs]
+
+    def labels(params):
+        if spec is None:
+            return jax.tree.map(lambda x: "muon" if len(np.shape(x)) == 2 else "adam", params)
+        treedef = jax.tree.structure(params)
+        dims = per_leaf_dimension_numbers(who, spec, params)
+        return treedef.unflatten(["adam" if d is None else "muon" for d in dims])
+
+    # Inside the "muon" branch the AdamW leaves are pruned (None), so one MuonDimensionNumbers
+    # (or the user's tree or function) covers exactly the Muon leaves.
+    branch_spec = MuonDimensionNumbers() if spec is None else spec
+    return gradtx.multi_transform(
+        {
+            "muon": chain(
+                scale_by_muon(
+                    ns_coeffs,
+                    ns_steps,
+                    beta,
+                    eps,
+                    mu_dtype,
+                    nesterov=nesterov,
+                    adaptive=adaptive,
+                    preconditioning=preconditioning,
+                    weight_dimension_numbers=branch_spec,
+                ),
+                scale_by_shape(branch_spec, consistent_rms),
+                gradtx.weight_decay(weight_decay, weight_decay_mask),
+                gradtx.scale_by_learning_rate(learning_rate),
+            ),
+            "adam": gradtx.adamw(
+                adam_learning_rate,
+                adam_b1,
+                adam_b2,
+                eps,
+                adam_eps_root,
+                mu_dtype,
+                weight_decay=adam_weight_decay,
+                nesterov=nesterov,
+            ),
+        },
+        labels,
+    )

@@ -1,0 +1,165 @@
+"""Differentially private SGD: per-example clipping, summing and Gaussian noise."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import gradtx
+
+from .._checks import alias_errors, check_non_negative
+from .._core import GradientTransformation
+from .._numerics import widen
+from .._typing import ArrayLike, ScalarOrSchedule
+
+
+class DifferentiallyPrivateAggregateState(NamedTuple):
+    """State of `differentially_private_aggregate`."""
+
+    rng_key: jax.Array  # raw PRNG key data (uint32), as `jax.random.key_data` returns it
+
+
+def _key_data(who: str, key: Any) -> jax.Array:
+    """The raw key data of an integer seed or a PRNG key (typed, or legacy uint32)."""
+    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return jax.random.key_data(key)
+    if not isinstance(key, bool):
+        arr = key if isinstance(key, jax.Array) else np.asarray(key)
+        if arr.ndim == 0 and jnp.issubdtype(arr.dtype, jnp.integer):
+            return jax.random.key_data(jax.random.key(key))
+        if arr.dtype == jnp.uint32 and arr.ndim == 1:  # a legacy jax.random.PRNGKey(...)
+            return jnp.asarray(arr)
+    raise ValueError(f"{who}: key must be an integer seed or a PRNG key, got {key!r}")
+
+
+def differentially_private_aggregate(
+    l2_norm_clip: ArrayLike,
+    noise_multiplier: ArrayLike,
+    key: Any = None,
+    *,
+    seed: int | None = None,
+) -> GradientTransformation:
+    r"""Aggregate per-example gradients as DP-SGD does: clip each example's gradient to a global
+    L2 norm, sum, add Gaussian noise, divide by the batch size.
+
+    .. math::
+
+      u = \frac{1}{B} \left( \sum_{b=1}^{B} g_b \min\!\left(1,
+        \frac{C}{\|g_b\|_2}\right) + \sigma C\, \xi \right), \qquad \xi \sim \mathcal N(0, I)
+
+    The updates must be *per-example* gradients: every leaf has the batch on axis 0 (e.g. from
+    `jax.vmap(jax.grad(loss), in_axes=(None, 0))`); the result has the params' shapes. Put it
+    first in a chain. The key lives in the state, so a run is reproducible from the key; the
+    random stream is Optax's for the same key (one split per step). Noise is drawn in float32
+    for low-precision leaves, which keep their dtype. Matches
+    `optax.contrib.differentially_private_aggregate`.
+
+    Args:
+      l2_norm_clip: :math:`C` >= 0, the largest L2 norm of an example's gradient.
+      noise_multiplier: :math:`\sigma` >= 0, the noise's standard deviation relative to
+        :math:`C`.
+      key: an integer seed or a PRNG key (`jax.random.key(0)`, or a legacy
+        `jax.random.PRNGKey(0)`). Required (Optax falls back to seed 0 with a warning).
+      seed: the same as `key`, under Optax's older name; give exactly one of the two.
+
+    Returns:
+      A `GradientTransformation` with state `DifferentiallyPrivateAggregateState(rng_key)`.
+
+    Reference: Abadi et al., "Deep Learning with Differential Privacy" (CCS 2016).
+    """
+    who = "differentially_private_aggregate"
+    check_non_negative(who, "l2_norm_clip", l2_norm_clip)
+    check_non_negative(who, "noise_multiplier", noise_multiplier)
+    if key is not None and seed is not None:
+        raise ValueError(f"{who}: give either key or seed, got key={key!r} and seed={seed!r}")
+    if key is None and seed is None:
+        raise ValueError(
+            f"{who}: needs an explicit key (an integer seed or a PRNG key) so that the noise "
+            "is reproducible, got key=None"
+        )
+    key0 = _key_data(who, key if key is not None else seed)
+
+    def init(params):
+        del params
+        return DifferentiallyPrivateAggregateState(rng_key=jnp.array(key0))  # may be donated
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        leaves, treedef = jax.tree.flatten(updates)
+        if not leaves:
+            return updates, state
+        batch = jnp.shape(leaves[0])[0] if jnp.ndim(leaves[0]) >= 1 else None
+        if batch is None or any(jnp.ndim(g) < 1 or jnp.shape(g)[0] != batch for g in leaves):
+            shapes = [tuple(jnp.shape(g)) for g in leaves]
+            raise ValueError(
+                f"{who}: expects per-example gradients, every leaf with the same batch size on "
+                f"axis 0; got leaves of shapes {shapes}"
+            )
+        wide = [widen(g) for g in leaves]
+        sq = sum(jnp.sum(jnp.square(g).reshape(batch, -1), axis=1) for g in wide)
+        multipliers = jnp.nan_to_num(jnp.minimum(l2_norm_clip / jnp.sqrt(sq), 1.0), nan=1.0)
+        new_key, *keys = jax.random.split(jax.random.wrap_key_data(state.rng_key), len(leaves) + 1)
+        std = jnp.asarray(l2_norm_clip, jnp.float32) * noise_multiplier
+        out = []
+        for g, gw, k in zip(leaves, wide, keys, strict=True):
+            total = jnp.tensordot(multipliers.astype(gw.dtype), gw, axes=1)
+            noise = jax.random.normal(k, total.shape, total.dtype)
+            out.append(((total + std * noise) / batch).astype(g.dtype))
+        new_state = DifferentiallyPrivateAggregateState(rng_key=jax.random.key_data(new_key))
+        return jax.tree.unflatten(treedef, out), new_state
+
+    return GradientTransformation(init, update)
+
+
+@alias_errors(renamed={"trace: decay": "momentum"})
+def dpsgd(
+    learning_rate: ScalarOrSchedule,
+    l2_norm_clip: ArrayLike,
+    noise_multiplier: ArrayLike,
+    seed: int,
+    momentum: ScalarOrSchedule | None = None,
+    nesterov: bool = False,
+) -> GradientTransformation:
+    r"""DP-SGD: SGD (optionally with momentum) on differentially private aggregated gradients.
+
+    .. math::  w_t = w_{t-1} - \eta_t\, \mathrm{momentum}\big(\mathrm{DPAgg}(g_{t,1}, \dots,
+      g_{t,B})\big)
+
+    `chain(differentially_private_aggregate(l2_norm_clip, noise_multiplier, seed),
+    trace(momentum, nesterov) or nothing, scale_by_learning_rate(learning_rate))`. The updates
+    must be per-example gradients (batch on axis 0 of every leaf). Matches
+    `optax.contrib.dpsgd` (same noise for the same seed).
+
+    Args:
+      learning_rate: :math:`\eta` >= 0, a float or a schedule.
+      l2_norm_clip: >= 0, the largest L2 norm of an example's gradient.
+      noise_multiplier: >= 0, the noise's standard deviation relative to `l2_norm_clip`.
+      seed: an integer seed (a PRNG key is accepted too); the run is reproducible from it.
+      momentum: in [0, 1] (float or schedule), or None for plain SGD.
+      nesterov: Nesterov momentum (needs `momentum`).
+
+    Returns:
+      A `GradientTransformation`.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, gradtx
+      >>> tx = gradtx.contrib.dpsgd(0.1, l2_norm_clip=1.0, noise_multiplier=1.1, seed=0)
+      >>> params = {"w": jnp.zeros(3)}
+      >>> per_example = {"w": jnp.ones((8, 3))}  # a batch of 8 examples
+      >>> updates, state = tx.update(per_example, tx.init(params), params)
+
+    Reference: Abadi et al., "Deep Learning with Differential Privacy" (CCS 2016).
+    """
+    if nesterov and momentum is None:
+        raise ValueError("dpsgd: nesterov=True needs a momentum value, got momentum=None")
+    return gradtx.chain(
+        differentially_private_aggregate(l2_norm_clip, noise_multiplier, seed=seed),
+        gradtx.trace(momentum, nesterov) if momentum is not None else gradtx.identity(),
+        gradtx.scale_by_learning_rate(learning_rate),
+    )
+
+
+__all__ = ["DifferentiallyPrivateAggregateState", "differentially_private_aggregate", "dpsgd"]

@@ -1,0 +1,184 @@
+"""Prodigy: learning-rate-free AdamW that estimates the distance to the solution (D) quickly."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .. import tree as gtree
+from .._checks import alias_errors, check_in_range, check_non_negative, check_positive
+from .._core import GradientTransformation, require_params
+from .._numerics import safe_increment, value_at, widen, zero_count
+from .._typing import ArrayLike, Params, ScalarOrSchedule, Updates
+from ._dog import scalar_dtype, snapshot
+
+
+class ProdigyState(NamedTuple):
+    """State of `prodigy` (Optax's fields and order)."""
+
+    exp_avg: Updates  # m_t, params' dtypes
+    exp_avg_sq: Updates  # v_t, params' dtypes
+    grad_sum: Updates  # s_t, params' dtypes
+    params0: Params  # x_0
+    estim_lr: jax.Array  # d_t, float32
+    numerator_weighted: jax.Array  # r_t, float32
+    count: jax.Array  # int32, saturating
+
+
+def safe_estimate(numerator: jax.Array, denominator: jax.Array) -> jax.Array:
+    """`numerator / denominator`, or 0 where the denominator is 0 (no gradient seen yet).
+
+    Optax divides unconditionally: a first step whose gradients are all zero makes the estimate
+    0 / 0 = NaN, and every later update NaN. Shared with `dadapt_adamw`.
+    """
+    positive = denominator > 0
+    return jnp.where(positive, numerator / jnp.where(positive, denominator, 1.0), 0.0)
+
+
+def _adam_correction(beta1: ArrayLike, beta2: ArrayLike, count: jax.Array) -> jax.Array:
+    t = jnp.asarray(count, jnp.float32)
+    return jnp.sqrt(1.0 - jnp.asarray(beta2, jnp.float32) ** t) / (
+        1.0 - jnp.asarray(beta1, jnp.float32) ** t
+    )
+
+
+def check_betas(who: str, betas: tuple[ArrayLike, ArrayLike]) -> tuple[ArrayLike, ArrayLike]:
+    """`betas` as a pair (b1, b2), each in [0, 1)."""
+    if not (isinstance(betas, tuple | list) and len(betas) == 2):
+        raise ValueError(f"{who}: betas must be a pair (b1, b2), got {betas!r}")
+    check_in_range(who, "betas[0]", betas[0], 0.0, 1.0, high_open=True)
+    check_in_range(who, "betas[1]", betas[1], 0.0, 1.0, high_open=True)
+    return betas[0], betas[1]
+
+
+@alias_errors
+def prodigy(
+    learning_rate: ScalarOrSchedule = 1.0,
+    betas: tuple[ArrayLike, ArrayLike] = (0.9, 0.999),
+    beta3: ArrayLike | None = None,
+    eps: ArrayLike = 1e-8,
+    estim_lr0: ArrayLike = 1e-6,
+    estim_lr_coef: ArrayLike = 1.0,
+    weight_decay: ArrayLike = 0.0,
+    safeguard_warmup: bool = False,
+) -> GradientTransformation:
+    r"""Prodigy: AdamW whose step size :math:`d_t` estimates the distance to the solution.
+
+    With :math:`\eta_t` the schedule, :math:`\hat\eta_t = d_t \eta_t
+    \sqrt{1-\beta_2^t}/(1-\beta_1^t)` and :math:`\tilde g_t = d_t g_t`:
+
+    .. math::
+
+      m_t &= \beta_1 m_{t-1} + (1-\beta_1) \tilde g_t, \qquad
+      v_t = \beta_2 v_{t-1} + (1-\beta_2) \tilde g_t^2, \\
+      s_t &= \beta_3 s_{t-1} + \hat\eta_t \tilde g_t / d_0, \qquad
+      r_t = \beta_3 r_{t-1} + (d_t / d_0)\, \hat\eta_t \langle g_t, x_0 - x_t \rangle, \\
+      d_{t+1} &= \max\big(d_t, c\, r_t / \|s_t\|_1\big), \qquad
+      u_t = -\hat\eta_t \Big(\lambda x_t + \frac{m_t}{\sqrt{v_t} + d_{t+1} \epsilon}\Big)
+
+    (`safeguard_warmup` replaces :math:`\hat\eta_t` by :math:`d_t` in :math:`s_t`). The update
+    already includes the step size and the sign: use it as is, with a schedule that treats 1 as
+    the base value. A monolithic transformation, as in Optax: :math:`d_t` couples every part.
+
+    Args:
+      learning_rate: :math:`\eta_t` >= 0, a multiplier (float or schedule) of the estimated
+        step; the recommended schedule is a linear decay from 1 to 0 with a 0-20% warmup.
+      betas: :math:`(\beta_1, \beta_2)`, each in [0, 1), of the underlying AdamW.
+      beta3: :math:`\beta_3` in [0, 1), the decay of the D estimate's sums; None:
+        :math:`\sqrt{\beta_2}`.
+      eps: :math:`\epsilon` >= 0 (scaled by :math:`d_{t+1}`) in AdamW's denominator.
+      estim_lr0: :math:`d_0` > 0, the initial (under-)estimate.
+      estim_lr_coef: :math:`c` > 0, multiplies every estimate.
+      weight_decay: :math:`\lambda` >= 0, AdamW-style (decoupled) weight decay.
+      safeguard_warmup: leave the schedule out of :math:`s_t` (avoids issues during warmup).
+
+    Returns:
+      A `GradientTransformation` with state `ProdigyState`; `update` needs `params`.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, gradtx
+      >>> f = lambda x: jnp.sum(x**2)
+      >>> tx = gradtx.contrib.prodigy()
+      >>> x = jnp.array([1.0, 2.0, 3.0])
+      >>> state = tx.init(x)
+      >>> for _ in range(50):
+      ...     updates, state = tx.update(jax.grad(f)(x), state, x)
+      ...     x = gradtx.apply_updates(x, updates)
+      >>> bool(f(x) < 14.0)
+      True
+
+    Reference: Mishchenko & Defazio, "Prodigy: An Expeditiously Adaptive Parameter-Free
+    Learner" (ICML 2024). Matches `optax.contrib.prodigy` (Optax 0.2.8), except that the scalar
+    statistics are float32 for low-precision params and that gradients that are all zero so far
+    leave :math:`d_t` unchanged (Optax divides 0 by 0 there, and every later update is NaN).
+    """
+    who = "prodigy"
+    beta1, beta2 = check_betas(who, betas)
+    if beta3 is None:
+        beta3 = beta2**0.5
+    check_in_range(who, "beta3", beta3, 0.0, 1.0, high_open=True)
+    check_non_negative(who, "learning_rate", learning_rate)
+    check_non_negative(who, "eps", eps)
+    check_positive(who, "estim_lr0", estim_lr0)
+    check_positive(who, "estim_lr_coef", estim_lr_coef)
+    check_non_negative(who, "weight_decay", weight_decay)
+
+    def init(params):
+        dtype = scalar_dtype(params)
+        return ProdigyState(
+            exp_avg=gtree.zeros_like(params),
+            exp_avg_sq=gtree.zeros_like(params),
+            grad_sum=gtree.zeros_like(params),
+            params0=snapshot(params),
+            estim_lr=jnp.asarray(estim_lr0, dtype),
+            numerator_weighted=jnp.zeros([], dtype),
+            count=zero_count(),
+        )
+
+    def update(updates, state, params=None, **extra_args):
+        del extra_args
+        params = require_params(who, params)
+        gtree.assert_same_structure(who, updates=updates, params=params)
+        dtype = state.estim_lr.dtype
+        count = safe_increment(state.count)
+        sched = value_at(learning_rate, state.count)
+        d = state.estim_lr
+        dlr = (d * sched * _adam_correction(beta1, beta2, count)).astype(dtype)
+        d_grad = d if safeguard_warmup else dlr
+
+        numerator_acum = gtree.vdot(updates, gtree.sub(state.params0, params)).astype(dtype)
+        numerator = beta3 * state.numerator_weighted + (d / estim_lr0) * dlr * numerator_acum
+
+        def moments(g, m, v, s):
+            dg = d * widen(g)
+            m_new = beta1 * widen(m) + (1 - beta1) * dg
+            v_new = beta2 * widen(v) + (1 - beta2) * dg * dg
+            s_new = beta3 * widen(s) + d_grad * dg / estim_lr0
+            return m_new.astype(m.dtype), v_new.astype(v.dtype), s_new.astype(s.dtype)
+
+        exp_avg, exp_avg_sq, grad_sum = gtree.map_split(
+            moments, 3, updates, state.exp_avg, state.exp_avg_sq, state.grad_sum
+        )
+        denominator = gtree.norm(grad_sum, ord=1).astype(dtype)
+        estimate = estim_lr_coef * safe_estimate(numerator, denominator)
+        new_d = jnp.maximum(d, estimate).astype(dtype)
+
+        def step(g, m, v, p):
+            u = -weight_decay * dlr * widen(p) - dlr * widen(m) / (jnp.sqrt(widen(v)) + new_d * eps)
+            return u.astype(g.dtype)
+
+        new_updates = jax.tree.map(step, updates, exp_avg, exp_avg_sq, params)
+        new_state = ProdigyState(
+            exp_avg=exp_avg,
+            exp_avg_sq=exp_avg_sq,
+            grad_sum=grad_sum,
+            params0=state.params0,
+            estim_lr=new_d,
+            numerator_weighted=numerator.astype(dtype),
+            count=count,
+        )
+        return new_updates, new_state
+
+    return GradientTransformation(init, update)

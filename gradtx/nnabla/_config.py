@@ -1,0 +1,393 @@
+"""`from_nnabla`: nnabla's optimizer configuration (the NNP `Optimizer` / `Solver` messages) as a
+gradtx optimizer.
+
+The translation follows nnabla's loader (`nnabla.utils.load._create_optimizer`) and training
+loop: the solver `type` with its `<type>_param` block, `weight_decay` (coupled L2 before the
+solver, as `Solver.weight_decay` does for the non-fused solvers; the rate of the fused ones),
+the learning-rate scheduler fields (`schedules.nnabla_solver_schedule`, with the division of step
+counts by the number of workers), `update_interval` (gradients summed over the interval) and
+`parameter_variable` (which parameters are trained). The result is an ordinary gradtx config
+(`to_config` shows it) built by `from_config`. Unknown or unused fields raise a `ConfigError`
+naming them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ..config._errors import ConfigError, join
+from ..config._from_config import ConfiguredOptimizer, from_normalized
+from ..config._load import read
+from ..config._schema import check_value, did_you_mean
+
+_B = {"beta1": "b1", "beta2": "b2", "eps": "eps"}
+# type -> (gradtx solver, {nnabla field: (gradtx argument, nnabla default)}, fixed arguments,
+#          how `solver.weight_decay` applies: "coupled", or the argument taking the rate)
+_SOLVERS: dict[str, tuple[str, dict[str, tuple[str, Any]], dict[str, Any], str]] = {
+    "Sgd": ("sgd", {"lr": ("learning_rate", 1e-3)}, {}, "coupled"),
+    "Momentum": (
+        "nnabla.momentum",
+        {"lr": ("learning_rate", 1e-3), "momentum": ("momentum", 0.9)},
+        {},
+        "coupled",
+    ),
+    "Nesterov": (
+        "nnabla.momentum",
+        {"lr": ("learning_rate", 1e-3), "momentum": ("momentum", 0.9)},
+        {"nesterov": True},
+        "coupled",
+    ),
+    "Adagrad": (
+        "adagrad",
+        {"lr": ("learning_rate", 1e-2), "eps": ("eps", 1e-8)},
+        {"initial_accumulator_value": 0.0, "eps_in_sqrt": False},
+        "coupled",
+    ),
+    "Adadelta": (
+        "adadelta",
+        {"lr": ("learning_rate", 1.0), "decay": ("rho", 0.95), "eps": ("eps", 1e-6)},
+        {},
+        "coupled",
+    ),
+    "Adam": (
+        "nnabla.adam",
+        {"alpha": ("learning_rate", 1e-3), "beta1": ("b1", 0.9), "beta2": ("b2", 0.999),
+         "eps": ("eps", 1e-8)},
+        {},
+        "coupled",
+    ),
+    "Adamax": (
+        "adamax",
+        {"alpha": ("learning_rate", 2e-3), "beta1": ("b1", 0.9), "beta2": ("b2", 0.999),
+         "eps": ("eps", 1e-8)},
+        {},
+        "coupled",
+    ),
+    "AdaBound": (
+        "adabound",
+        {"alpha": ("learning_rate", 1e-3), "beta1": ("b1", 0.9), "beta2": ("b2", 0.999),
+         "eps": ("eps", 1e-8), "final_lr": ("final_lr", 0.1), "gamma": ("gamma", 1e-3)},
+        {},
+        "coupled",
+    ),
+    "AMSGRAD": (
+        "nnabla.amsgrad",
+        {"alpha": ("learning_rate", 1e-3), "beta1": ("b1", 0.9), "beta2": ("b2", 0.999),
+         "eps": ("eps", 1e-8), "bias_correction": ("bias_correction", False)},
+        {},
+        "coupled",
+    ),
+    "AMSBound": (
+        "amsbound",
+        {"alpha": ("learning_rate", 1e-3), "beta1": ("b1", 0.9), "beta2": ("b2", 0.999),
+         "eps": ("eps", 1e-8), "final_lr": ("final_lr", 0.1), "gamma": ("gamma", 1e-3),
+         "bias_correction": ("bias_correction", False)},
+        {},
+        "coupled",
+    ),
+    "Eve": (
+        "eve",
+        {"alpha": ("learning_rate", 1e-3), "beta1": ("b1", 0.9), "beta2": ("b2", 0.999),
+         "beta3": ("b3", 0.999), "k": ("k", 0.1), "k2": ("K", 10.0), "eps": ("eps", 1e-8)},
+        {},
+        "coupled",
+    ),
+    "RMSprop": (
+        "rmsprop",
+        {"lr": ("learning_rate", 1e-3), "decay": ("decay", 0.9), "eps": ("eps", 1e-8)},
+        {"eps_in_sqrt": False},
+        "coupled",
+    ),
+    "RMSpropGraves": (
+        "rmsprop_graves",
+        {"lr": ("learning_rate", 1e-4), "decay": ("decay", 0.95),
+         "momentum": ("momentum", 0.9), "eps": ("eps", 1e-4)},
+        {},
+        "coupled",
+    ),
+    "AdamW": (
+        "nnabla.adamw",
+        {"alpha": ("learning_rate", 1e-3), "beta1": ("b1", 0.9), "beta2": ("b2", 0.999),
+         "eps": ("eps", 1e-8), "wd": ("weight_decay", 1e-4)},
+        {},
+        "weight_decay",
+    ),
+    "SgdW": (
+        "sgdw",
+        {"lr": ("learning_rate", 1e-3), "momentum": ("momentum", 0.9),
+         "wd": ("weight_decay", 1e-4)},
+        {},
+        "weight_decay",
+    ),
+    "Lars": (
+        "nnabla.lars",
+        {"lr": ("learning_rate", 1e-3), "momentum": ("momentum", 0.9),
+         "coefficient": ("coefficient", 1e-3), "eps": ("eps", 1e-6)},
+        {"weight_decay": 0.0},
+        "weight_decay",
+    ),
+    "Lamb": (
+        "nnabla.lamb",
+        {"eta": ("learning_rate", 1e-3), "beta1": ("b1", 0.9), "beta2": ("b2", 0.999),
+         "gamma_l": ("gamma_l", 0.0), "gamma_u": ("gamma_u", 10.0), "eps": ("eps", 1e-6),
+         "bias_correction": ("bias_correction", False)},
+        {"weight_decay": 0.0},
+        "weight_decay",
+    ),
+    "AdaBelief": (
+        "nnabla.adabelief",
+        {"alpha": ("learning_rate", 1e-3), "beta1": ("b1", 0.9), "beta2": ("b2", 0.999),
+         "eps": ("eps", 1e-8), "wd": ("weight_decay", 0.0), "amsgrad": ("amsgrad", False),
+         "weight_decouple": ("weight_decouple", False), "fixed_decay": ("fixed_decay", False),
+         "rectify": ("rectify", False)},
+        {},
+        "weight_decay",
+    ),
+    "Lion": (
+        "lion",
+        {"lr": ("learning_rate", 1e-4), "beta1": ("b1", 0.9), "beta2": ("b2", 0.99)},
+        {"weight_decay": 0.0},
+        "weight_decay",
+    ),
+}
+_SOLVERS["SGD"] = _SOLVERS["Sgd"]
+SOLVER_TYPES = sorted(_SOLVERS)
+_PARAM_BLOCK = {t: f"{t.lower()}_param" for t in _SOLVERS}  # nnabla's field names
+_PARAM_BLOCK["RMSpropGraves"] = "rmsprop_graves_param"
+_SCHEDULER_BLOCKS = {
+    "Polynomial": "polynomial_scheduler_param",
+    "Cosine": "cosine_scheduler_param",
+    "Exponential": "exponential_scheduler_param",
+    "Step": "step_scheduler_param",
+}
+_SOLVER_FIELDS = {
+    "type", "weight_decay", "lr_decay", "lr_decay_interval", "lr_scheduler_type",
+    "lr_warmup_scheduler_type", "linear_warmup_scheduler_param", *_SCHEDULER_BLOCKS.values(),
+}
+_OPTIMIZER_FIELDS = {"solver", "update_interval", "parameter_variable"}
+_LOOP_FIELDS = {
+    "name", "order", "network_name", "dataset_name", "data_variable", "generator_variable",
+    "loss_variable", "start_iter", "end_iter",
+}
+
+
+def _number(value: Any, path: str) -> Any:
+    return check_value("number", value, path)
+
+
+def _pattern(name: Any, path: str) -> str:
+    """nnabla's variable-name prefix (`re.match`) as a glob on parameter paths."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"must be a variable name, got {name!r}", path)
+    if re.search(r"[\\^$|?*+()\[\]{}]", name):
+        raise ConfigError(
+            f"{name!r} is a regular expression; give the variable name or its prefix (gradtx "
+            "matches parameter paths by glob patterns, see docs/patterns.md)",
+            path,
+        )
+    return f"{name.strip('/')}*/**"
+
+
+def _multipliers(entries: Any, apply: bool) -> dict[str, Any]:
+    path = "parameter_variable"
+    if not isinstance(entries, list):
+        raise ConfigError("must be a list of {variable_name, learning_rate_multiplier}", path)
+    rules: dict[str, float] = {}
+    for i, entry in enumerate(entries):
+        where = join(path, i)
+        if not isinstance(entry, Mapping):
+            raise ConfigError("must be a mapping {variable_name, learning_rate_multiplier}", where)
+        for key in entry:
+            if key not in ("variable_name", "learning_rate_multiplier"):
+                raise ConfigError(f"unknown field {key!r}; the fields are variable_name, "
+                                  "learning_rate_multiplier", join(where, key))
+        pattern = _pattern(entry.get("variable_name"), join(where, "variable_name"))
+        mult = _number(entry.get("learning_rate_multiplier", 0.0),
+                       join(where, "learning_rate_multiplier"))
+        rules.pop(pattern, None)
+        rules[pattern] = float(mult) if apply else (1.0 if mult > 0 else 0.0)
+    # nnabla: a later entry overrides an earlier one for the same variable -> first match wins
+    return {"rules": dict(reversed(list(rules.items()))), "default": 0.0, "strict": False}
+
+
+def _learning_rate(solver: Mapping[str, Any], init_lr: Any, comm_size: int) -> Any:
+    kind = solver.get("lr_scheduler_type", "")
+    warm = solver.get("lr_warmup_scheduler_type", "")
+    decay = check_value("number", solver.get("lr_decay", 0.0), "solver.lr_decay")
+    interval = check_value("int", solver.get("lr_decay_interval", 0), "solver.lr_decay_interval")
+    for block in _SCHEDULER_BLOCKS.values():
+        if block in solver and _SCHEDULER_BLOCKS.get(kind) != block:
+            raise ConfigError(f"unused: lr_scheduler_type is {kind!r}", join("solver", block))
+    if "linear_warmup_scheduler_param" in solver and warm != "Linear":
+        raise ConfigError(f"unused: lr_warmup_scheduler_type is {warm!r}",
+                          "solver.linear_warmup_scheduler_param")
+    if kind != "" and (decay not in (0, 0.0, 1, 1.0) or interval not in (0, 1)):
+        raise ConfigError(
+            f"unused: nnabla reads lr_decay / lr_decay_interval only when lr_scheduler_type is "
+            f"'' (here {kind!r}); remove them",
+            "solver.lr_decay",
+        )
+    if kind == "" and warm == "" and decay in (0, 0.0) and interval == 0 and comm_size == 1:
+        return init_lr
+    block: dict[str, Any] = {"name": "nnabla_solver_schedule", "init_lr": init_lr}
+    for key in ("lr_scheduler_type", "lr_warmup_scheduler_type", "linear_warmup_scheduler_param"):
+        if key in solver:
+            block[key] = solver[key]
+    if kind in _SCHEDULER_BLOCKS and _SCHEDULER_BLOCKS[kind] in solver:
+        block[_SCHEDULER_BLOCKS[kind]] = solver[_SCHEDULER_BLOCKS[kind]]
+    if kind == "":
+        block.update(lr_decay=decay, lr_decay_interval=interval)
+    if comm_size != 1:
+        block["comm_size"] = comm_size
+    return block
+
+
+def _solver(solver: Mapping[str, Any], comm_size: int) -> tuple[dict[str, Any], dict, dict]:
+    """(optimizer block, weight_decay section or {}, native path -> nnabla path)."""
+    kind = solver.get("type")
+    if kind not in _SOLVERS:
+        label = "missing" if kind is None else f"unsupported solver type {kind!r}"
+        raise ConfigError(
+            f"{label}{did_you_mean(str(kind), SOLVER_TYPES) if kind else ''}; the types are "
+            f"{SOLVER_TYPES}",
+            "solver.type",
+        )
+    name, fields, fixed, decay_mode = _SOLVERS[kind]
+    block_name = _PARAM_BLOCK[kind]
+    for key in solver:
+        if key in _SOLVER_FIELDS or key == block_name:
+            continue
+        if isinstance(key, str) and key.endswith("_param"):
+            raise ConfigError(f"unused: the solver type is {kind!r} (its block is "
+                              f"{block_name!r})", join("solver", key))
+        raise ConfigError(
+            f"unsupported solver field {key!r}"
+            f"{did_you_mean(str(key), [*_SOLVER_FIELDS, block_name])}",
+            join("solver", key),
+        )
+    given = solver.get(block_name, {})
+    if not isinstance(given, Mapping):
+        raise ConfigError("must be a mapping of the solver's parameters", f"solver.{block_name}")
+    block: dict[str, Any] = {"name": name}
+    paths = {}
+    for key, value in given.items():
+        if key not in fields:
+            raise ConfigError(
+                f"{kind} has no parameter {key!r}{did_you_mean(str(key), fields)}; its "
+                f"parameters are {list(fields)}",
+                f"solver.{block_name}.{key}",
+            )
+    for field, (arg, default) in fields.items():
+        where = f"solver.{block_name}.{field}"
+        value = given.get(field, default)
+        kind_of = "bool" if isinstance(default, bool) else "number"
+        block[arg] = check_value(kind_of, value, where)
+        paths[join("optimizer", arg)] = where
+    block.update(fixed)
+    rate = _number(solver.get("weight_decay", 0.0), "solver.weight_decay")
+    section: dict[str, Any] = {}
+    if decay_mode == "coupled":
+        if rate > 0:
+            section = {"rate": rate, "mode": "coupled"}
+            paths["weight_decay.rate"] = "solver.weight_decay"
+    elif rate > 0:
+        block[decay_mode] = rate  # the training loop's Solver.weight_decay(rate) every step
+        paths[join("optimizer", decay_mode)] = "solver.weight_decay"
+    block["learning_rate"] = _learning_rate(solver, block["learning_rate"], comm_size)
+    return block, section, paths
+
+
+def nnabla_config(
+    config: Any, *, comm_size: int = 1, apply_multipliers: bool = False
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The gradtx config equivalent to an nnabla optimizer config, and the map from its paths
+    to the nnabla fields they came from."""
+    raw, _ = read(config, "nnabla config")
+    if isinstance(comm_size, bool) or not isinstance(comm_size, int) or comm_size < 1:
+        raise ConfigError(f"from_nnabla: comm_size must be an integer >= 1, got {comm_size!r}")
+    if "solver" in raw:
+        for key in raw:
+            if key in _OPTIMIZER_FIELDS:
+                continue
+            why = (" (a training-loop setting, not an optimizer one; remove it)"
+                   if key in _LOOP_FIELDS else did_you_mean(str(key), _OPTIMIZER_FIELDS))
+            raise ConfigError(f"unsupported optimizer field {key!r}{why}", str(key))
+        solver = raw["solver"]
+        if not isinstance(solver, Mapping):
+            raise ConfigError("must be a mapping with the solver fields (type, ...)", "solver")
+    else:
+        solver, raw = raw, {}
+    block, section, paths = _solver(solver, comm_size)
+    out: dict[str, Any] = {"optimizer": block}
+    if section:
+        out["weight_decay"] = section
+    if "parameter_variable" in raw:
+        out["lr_multipliers"] = _multipliers(raw["parameter_variable"], apply_multipliers)
+    interval = check_value("int", raw.get("update_interval", 1), "update_interval")
+    if interval > 1:
+        out["accumulate"] = {"k": interval, "average": False}
+    elif interval < 0:
+        raise ConfigError(f"must be >= 0, got {interval}", "update_interval")
+    paths["accumulate.k"] = "update_interval"
+    return out, paths
+
+
+def from_nnabla(
+    config: Any, *, comm_size: int = 1, apply_multipliers: bool = False
+) -> ConfiguredOptimizer:
+    """Build the gradtx optimizer that nnabla builds from an optimizer configuration.
+
+    `config` is nnabla's `Optimizer` message (with `solver`, `update_interval`,
+    `parameter_variable`) or its `Solver` message alone, as a dict or a YAML / JSON file or
+    string, with nnabla's field names::
+
+        solver:
+          type: Adam
+          adam_param: {alpha: 0.001, beta1: 0.9, beta2: 0.999, eps: 1.0e-8}
+          weight_decay: 0.0001
+          lr_scheduler_type: Cosine
+          cosine_scheduler_param: {max_iter: 10000}
+          lr_warmup_scheduler_type: Linear
+          linear_warmup_scheduler_param: {warmup_iter: 500}
+        update_interval: 2
+        parameter_variable:
+          - {variable_name: conv1/W, learning_rate_multiplier: 1.0}
+
+    Solver types: Sgd (SGD), Momentum, Nesterov, Adagrad, Adadelta, Adam, Adamax, AdaBound,
+    AMSGRAD, AMSBound, Eve (the paper's; nnabla's loader names it but nnabla has none), RMSprop,
+    RMSpropGraves, AdamW, SgdW, Lars, Lamb, AdaBelief, Lion. A missing parameter takes the
+    nnabla solver class's default. `weight_decay` is coupled L2 for the non-fused solvers and the
+    decay rate of the fused ones (AdamW, SgdW, Lars, Lamb, AdaBelief, Lion), as the training loop
+    calls `Solver.weight_decay(rate)` before every update. `update_interval` sums the gradients
+    of that many steps per update; the learning-rate schedule counts updates. Parameters that no
+    `parameter_variable` entry names (by prefix) are not trained; nnabla's loader uses the
+    multiplier only to decide that (> 0), `apply_multipliers=True` also scales the updates by it.
+
+    Args:
+      config: the nnabla optimizer (or solver) configuration.
+      comm_size: the number of data-parallel workers; step counts of the schedulers are divided
+        by it as nnabla's loader does.
+      apply_multipliers: scale each parameter's updates by its `learning_rate_multiplier`.
+
+    Returns:
+      A `ConfiguredOptimizer`; `to_config` gives the equivalent gradtx config.
+
+    Raises:
+      ConfigError: unknown, unsupported or unused fields (named), wrong types and values.
+
+    Reference: nnabla `utils/load.py` (`_create_optimizer`), `utils/cli/train.py`.
+    """
+    native, paths = nnabla_config(
+        config, comm_size=comm_size, apply_multipliers=apply_multipliers
+    )
+    try:
+        return from_normalized(native, "nnabla")
+    except ConfigError as e:
+        if e.path in paths:
+            raise ConfigError(e.message, paths[e.path]) from e
+        raise
+
+
+__all__ = ["SOLVER_TYPES", "from_nnabla", "nnabla_config"]

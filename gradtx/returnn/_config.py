@@ -1,0 +1,207 @@
+"""`from_returnn`: RETURNN's optimizer options as a gradtx optimizer.
+
+The translation follows RETURNN's TF updater (`returnn/tf/updater.py`): `optimizer={"class": ...}`
+looked up ignoring case and an "Optimizer" suffix, `epsilon` injected from `optimizer_epsilon`
+(1e-16 by default) into every class that takes one, `learning_rate` (times the dict's
+`learning_rate_multiplier`), and the gradient pipeline in RETURNN's order: accumulation (a sum),
+noise, value clipping, per-tensor and global norm clipping, NaN/Inf filtering. The result is an
+ordinary gradtx config (`to_config` shows it) built by `from_config`. Options gradtx does not
+reproduce raise a `ConfigError` naming them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..config._errors import ConfigError, join
+from ..config._from_config import ConfiguredOptimizer, from_normalized
+from ..config._load import read
+from ..config._schema import check_value, did_you_mean
+
+_ADAM_KW = {"beta1": "b1", "beta2": "b2", "epsilon": "eps"}
+# class (lower case, no "Optimizer" suffix) -> (gradtx solver, {RETURNN kwarg: gradtx argument})
+_CLASSES: dict[str, tuple[str, dict[str, str]]] = {
+    "adam": ("nnabla.adam", _ADAM_KW),  # tf.compat.v1.train.AdamOptimizer: the epsilon-hat form
+    "customadam": ("nnabla.adam", _ADAM_KW),
+    "nadam": ("returnn.nadam", _ADAM_KW),
+    "amsgrad": ("returnn.amsgrad", {**_ADAM_KW, "decay": "decay"}),
+    "gradientdescent": ("sgd", {}),
+    "customgradientdescent": ("sgd", {}),
+    "sgd": ("sgd", {"momentum": "momentum", "nesterov": "nesterov"}),
+    "momentum": ("sgd", {"momentum": "momentum", "use_nesterov": "nesterov"}),
+    "normalizedsgd": ("normalized_sgd", {}),
+    "neuraloptimizer1": ("neural_optimizer1", {"beta1": "beta1",
+                                               "decrease_factor": "decrease_factor"}),
+    "gradvariancescaled": ("grad_variance_scaled", {"beta1": "beta1", "beta2": "beta2",
+                                                     "epsilon": "eps"}),
+}
+CLASSES = sorted(_CLASSES)
+_SUPPORTED = {
+    "optimizer", "learning_rate", "optimizer_epsilon", "momentum", "gradient_clip",
+    "gradient_clip_norm", "gradient_clip_global_norm", "gradient_noise",
+    "accum_grad_multiple_step", "gradient_nan_inf_filter",
+}
+_WHY = {
+    "learning_rate_control": "epoch-level learning-rate control (newbob) needs the epoch scores; "
+    "use gradtx.newbob",
+    "learning_rates": "per-epoch learning rates need the epoch; give a schedule in a gradtx config",
+    "dynamic_learning_rate": "a Python callable; give a schedule in a gradtx config",
+    "decouple_constraints": "layer L2 constraints belong to the network; use a gradtx "
+    "weight_decay section",
+    "gradient_clip_avg_norm": "not implemented in gradtx",
+    "grad_norm_to_clip_to_zero": "not implemented in gradtx",
+    "maximize_grad_norm": "changes the loss, not the optimizer",
+    "global_norm_tag": "tags select variables of the network",
+    "gradient_clip_global_norm_tag": "tags select variables of the network",
+    "optimizer_use_locking": "TF locking has no JAX counterpart",
+}
+for _flag in ("adam", "nadam", "adadelta", "adagrad", "rmsprop"):
+    _WHY[_flag] = "a legacy optimizer flag (BehaviorVersion < 2); use optimizer={'class': ...}"
+
+
+def _class_name(value: Any, path: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"must be a class name such as 'adam', got {value!r}", path)
+    key = value.lower().replace("_", "")
+    if key.endswith("optimizer") and key != "optimizer":
+        key = key[: -len("optimizer")]
+    if key not in _CLASSES:
+        raise ConfigError(
+            f"unsupported optimizer class {value!r}{did_you_mean(key, CLASSES)}; the classes are "
+            f"{CLASSES}",
+            path,
+        )
+    return key
+
+
+def returnn_config(config: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """The gradtx config equivalent to RETURNN's optimizer options, and the map from its paths
+    to the RETURNN options they came from."""
+    raw, _ = read(config, "RETURNN config")
+    for key in raw:
+        if key not in _SUPPORTED:
+            why = _WHY.get(str(key))
+            hint = f" ({why})" if why else did_you_mean(str(key), _SUPPORTED)
+            raise ConfigError(f"unsupported RETURNN option {key!r}{hint}", str(key))
+    if "optimizer" not in raw:
+        raise ConfigError("missing: give optimizer={'class': 'adam', ...}", "optimizer")
+    opt = raw["optimizer"]
+    if isinstance(opt, str):
+        opt = {"class": opt}
+    if not isinstance(opt, Mapping):
+        raise ConfigError(f"must be a class name or a dict with 'class', got {opt!r}", "optimizer")
+    if "class" not in opt:
+        raise ConfigError("missing: the optimizer dict needs 'class'", "optimizer.class")
+    key = _class_name(opt["class"], "optimizer.class")
+    name, kwargs = _CLASSES[key]
+    paths: dict[str, str] = {}
+    block: dict[str, Any] = {"name": name}
+    lr = check_value("number", raw.get("learning_rate", 1.0), "learning_rate")
+    mult = 1.0
+    for item, value in opt.items():
+        where = join("optimizer", item)
+        if item == "class":
+            continue
+        if item in ("learning_rate", "lr"):
+            raise ConfigError("the learning rate is the config's learning_rate option "
+                              "(RETURNN rejects it here too)", where)
+        if item == "learning_rate_multiplier":
+            mult = check_value("number", value, where)
+            continue
+        if item not in kwargs:
+            raise ConfigError(
+                f"{opt['class']} takes no option {item!r}"
+                f"{did_you_mean(str(item), [*kwargs, 'learning_rate_multiplier'])}; its options "
+                f"are {[*kwargs, 'learning_rate_multiplier']}",
+                where,
+            )
+        block[kwargs[item]] = value
+        paths[join("optimizer", kwargs[item])] = where
+    block["learning_rate"] = lr * mult
+    paths["optimizer.learning_rate"] = "learning_rate"
+    if "epsilon" in kwargs and "eps" not in block:
+        block["eps"] = check_value("number", raw.get("optimizer_epsilon", 1e-16),
+                                   "optimizer_epsilon")
+        paths["optimizer.eps"] = "optimizer_epsilon"
+    momentum = raw.get("momentum")
+    if momentum is not None:
+        if "momentum" not in kwargs.values():
+            raise ConfigError(f"unused: the class {opt['class']!r} takes no momentum", "momentum")
+        if "momentum" not in block and check_value("number", momentum, "momentum") != 0:
+            block["momentum"] = momentum
+            paths["optimizer.momentum"] = "momentum"
+    if key == "momentum" and "momentum" not in block:
+        raise ConfigError("missing: MomentumOptimizer needs a momentum (in the dict or the "
+                          "config's momentum option)", "optimizer.momentum")
+    out: dict[str, Any] = {"optimizer": block}
+    clip = {}
+    for option, section_key in (
+        ("gradient_clip", "value"),
+        ("gradient_clip_norm", "norm"),
+        ("gradient_clip_global_norm", "global_norm"),
+    ):
+        if raw.get(option) is not None:
+            clip[section_key] = raw[option]
+            paths[f"clip.{section_key}"] = option
+    if clip:
+        out["clip"] = clip
+    sigma = raw.get("gradient_noise")
+    if sigma is not None:
+        sigma = check_value("number", sigma, "gradient_noise")
+        if sigma < 0:
+            raise ConfigError(f"must be >= 0, got {sigma}", "gradient_noise")
+        if sigma > 0:
+            out["noise"] = {"eta": float(sigma) ** 2, "gamma": 0.0}
+    nan_filter = raw.get("gradient_nan_inf_filter", False)
+    if check_value("bool", nan_filter, "gradient_nan_inf_filter"):
+        out["nonfinite"] = {"action": "zero"}
+    k = raw.get("accum_grad_multiple_step")
+    if k is not None and check_value("int", k, "accum_grad_multiple_step") != 1:
+        out["accumulate"] = {"k": k, "average": False}
+        paths["accumulate.k"] = "accum_grad_multiple_step"
+    return out, paths
+
+
+def from_returnn(config: Any) -> ConfiguredOptimizer:
+    """Build the gradtx optimizer of RETURNN's optimizer options.
+
+    `config` holds RETURNN's config options (a dict, or a YAML / JSON file or string)::
+
+        {"optimizer": {"class": "adam", "beta1": 0.9}, "learning_rate": 1e-3,
+         "optimizer_epsilon": 1e-8, "gradient_clip_global_norm": 5.0,
+         "accum_grad_multiple_step": 2, "gradient_nan_inf_filter": True}
+
+    Classes (case-insensitive, with or without the "Optimizer" suffix): `adam` and `customadam`
+    (TF's Adam, the ε-hat form: `nnabla.adam`), `nadam` (`returnn.nadam`), `amsgrad`
+    (`returnn.amsgrad`), `gradientdescent`, `customgradientdescent`, `sgd`, `momentum`,
+    `normalizedsgd`, `neuraloptimizer1`, `gradvariancescaled`. As in RETURNN's TF updater,
+    `epsilon` defaults to `optimizer_epsilon` (1e-16) for every class taking one, and
+    `learning_rate` defaults to 1.0. Gradient options, in RETURNN's order:
+    `accum_grad_multiple_step` (a sum over the steps), `gradient_noise` (Gaussian with that
+    standard deviation; RETURNN truncates it at two standard deviations and draws from TF's
+    generator), `gradient_clip`, `gradient_clip_norm`, `gradient_clip_global_norm` (on the
+    gradient after the steps before it; RETURNN takes the norm of the raw gradient, which is the
+    same unless `gradient_clip` or noise changed it), `gradient_nan_inf_filter`.
+
+    Args:
+      config: RETURNN's optimizer options.
+
+    Returns:
+      A `ConfiguredOptimizer`; `to_config` gives the equivalent gradtx config.
+
+    Raises:
+      ConfigError: unsupported options and classes (named), wrong types and values.
+
+    Reference: RETURNN `returnn/tf/updater.py` (`Updater`, `get_optimizer_class`).
+    """
+    native, paths = returnn_config(config)
+    try:
+        return from_normalized(native, "returnn")
+    except ConfigError as e:
+        if e.path in paths:
+            raise ConfigError(e.message, paths[e.path]) from e
+        raise
+
+
+__all__ = ["CLASSES", "from_returnn", "returnn_config"]

@@ -1,0 +1,106 @@
+"""Rprop: per-parameter step sizes adapted to the sign agreement of successive gradients."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+
+from .._checks import check_positive, concrete
+from .._core import GradientTransformation
+from .._numerics import widen
+from .._typing import ArrayLike, Updates
+from ..tree import assert_same_structure, full_like, map_split, zeros_like
+
+
+class ScaleByRpropState(NamedTuple):
+    """State of `scale_by_rprop`."""
+
+    step_sizes: Updates  # the per-parameter step sizes
+    prev_updates: Updates  # the last update (0 where the gradient's sign flipped)
+
+
+def scale_by_rprop(
+    learning_rate: ArrayLike,
+    eta_minus: ArrayLike = 0.5,
+    eta_plus: ArrayLike = 1.2,
+    min_step_size: ArrayLike = 1e-6,
+    max_step_size: ArrayLike = 50.0,
+) -> GradientTransformation:
+    r"""Rprop (iRprop-): a step of per-parameter size in the direction of the gradient's sign.
+
+    With :math:`s = g_t\, u_{t-1}` (the sign agreement with the last update):
+
+    .. math::
+
+      \Delta_t = \begin{cases}
+        \mathrm{clip}(\eta^+ \Delta_{t-1}, \Delta_{min}, \Delta_{max}) & s > 0 \\
+        \mathrm{clip}(\eta^- \Delta_{t-1}, \Delta_{min}, \Delta_{max}) & s < 0 \\
+        \Delta_{t-1} & s = 0
+      \end{cases}, \qquad
+      u_t = \begin{cases} 0 & s < 0 \\ \Delta_t\, \mathrm{sign}(g_t) & \text{otherwise}
+      \end{cases}
+
+    with :math:`\Delta_0 = ` `learning_rate` and :math:`u_0 = 0`. A sign flip shrinks the step
+    and skips one move; the zero update then starts the next comparison afresh. The update
+    ascends (`rprop` flips the sign).
+
+    Differs from `optax.scale_by_rprop` (0.2.8), which returns :math:`u_{t-1}` instead of
+    :math:`u_t` (its first update is zero, each later one is a step late: google-deepmind/optax
+    PR #1725). The state evolves exactly as Optax's; the update is the one the state holds, as
+    in `torch.optim.Rprop` and the paper.
+
+    Args:
+      learning_rate: :math:`\Delta_0` > 0, the initial step size.
+      eta_minus: :math:`\eta^-` > 0, the factor applied to the step after a sign flip.
+      eta_plus: :math:`\eta^+` > 0, the factor applied when the sign is kept.
+      min_step_size: :math:`\Delta_{min}` > 0.
+      max_step_size: :math:`\Delta_{max}` >= `min_step_size`.
+
+    Returns:
+      A `GradientTransformation` with state `ScaleByRpropState(step_sizes, prev_updates)`.
+
+    Reference: Riedmiller & Braun, "A direct adaptive method for faster backpropagation
+    learning: the RPROP algorithm" (ICNN 1993); Igel & Hüsken, "Empirical evaluation of the
+    improved Rprop learning algorithms" (Neurocomputing 2003).
+    """
+    who = "scale_by_rprop"
+    if callable(learning_rate):
+        raise ValueError(
+            f"{who}: learning_rate is the initial step size and must be a number, not a schedule"
+        )
+    check_positive(who, "learning_rate", learning_rate)
+    check_positive(who, "eta_minus", eta_minus)
+    check_positive(who, "eta_plus", eta_plus)
+    check_positive(who, "min_step_size", min_step_size)
+    check_positive(who, "max_step_size", max_step_size)
+    low, high = concrete(min_step_size), concrete(max_step_size)
+    if low is not None and high is not None and not bool((high >= low).all()):
+        raise ValueError(
+            f"{who}: max_step_size must be >= min_step_size ({float(low)}), got {float(high)}"
+        )
+
+    def init(params):
+        return ScaleByRpropState(
+            step_sizes=full_like(params, learning_rate), prev_updates=zeros_like(params)
+        )
+
+    def leaf(g, step, prev):
+        gw = widen(g)
+        agreement = gw * widen(prev)
+        factor = jnp.where(agreement > 0, eta_plus, eta_minus)
+        adapted = jnp.clip(widen(step) * factor, min_step_size, max_step_size)
+        step_new = jnp.where(agreement == 0, widen(step), adapted).astype(step.dtype)
+        u = jnp.where(agreement < 0, 0.0, widen(step_new) * jnp.sign(gw))
+        return u.astype(g.dtype), step_new, u.astype(prev.dtype)
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        assert_same_structure(who, updates=updates, **{"state.step_sizes": state.step_sizes})
+        updates, steps, prev = map_split(leaf, 3, updates, state.step_sizes, state.prev_updates)
+        return updates, ScaleByRpropState(step_sizes=steps, prev_updates=prev)
+
+    return GradientTransformation(init, update)
+
+
+__all__ = ["ScaleByRpropState", "scale_by_rprop"]

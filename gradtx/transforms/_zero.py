@@ -1,0 +1,35 @@
+"""Zeroing the updates (to freeze parameters, e.g. inside a partition)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .._core import EmptyState, GradientTransformation
+
+
+def set_to_zero() -> GradientTransformation:
+    r"""Replace every update by zeros of its shape and dtype, so the parameters stay unchanged.
+
+    .. math::  u_t = 0
+
+    Used with `multi_transform` / `masked` to keep some parameters fixed (see also
+    `gradtx.freeze`); under `jax.jit` the computation of the discarded updates is dropped.
+    Matches `optax.set_to_zero`.
+
+    Returns:
+      A stateless `GradientTransformation` (state `EmptyState`).
+    """
+
+    def init(params):
+        del params
+        return EmptyState()
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        return jax.tree.map(jnp.zeros_like, updates), state
+
+    return GradientTransformation(init, update)
+
+
+__all__ = ["set_to_zero"]

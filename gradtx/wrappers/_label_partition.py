@@ -1,0 +1,128 @@
+"""`partition`: Optax's name and signature for `multi_transform` (labels as a tree or a function).
+
+Built on the public `gradtx.multi_transform`, always handing it a *function* that returns the
+full tree of labels, so a label tree is never mistaken for a dict of glob patterns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from typing import Any
+
+import jax
+
+from .._core import GradientTransformation, _as_transformation
+from .._core import forward_extra_args as _accepting_extra_args
+from .._typing import PyTree
+from ..tree import broadcast_prefix
+
+_is_none = lambda x: x is None
+
+
+@contextlib.contextmanager
+def _named(who: str) -> Iterator[None]:
+    """Prefix `who: ` to a `ValueError` raised inside, unless it already names `who`."""
+    try:
+        yield
+    except ValueError as e:
+        if str(e).startswith(f"{who}:"):
+            raise
+        raise ValueError(f"{who}: {e}") from e
+
+
+def _mask_extra_args(tx: GradientTransformation) -> GradientTransformation:
+    """`tx`, whose extra arguments shaped like the (pruned) updates are pruned like them."""
+    inner_update = _accepting_extra_args(tx.update)
+
+    def update(updates, state, params=None, **extra_args):
+        layout = jax.tree.structure(updates, is_leaf=_is_none)
+
+        def pruned(value):
+            if jax.tree.structure(value, is_leaf=_is_none) != layout:
+                return value
+            return jax.tree.map(
+                lambda u, v: None if u is None else v, updates, value, is_leaf=_is_none
+            )
+
+        extra_args = {name: pruned(value) for name, value in extra_args.items()}
+        return inner_update(updates, state, params, **extra_args)
+
+    return GradientTransformation(tx.init, update)
+
+
+def partition(
+    transforms: Mapping[Hashable, GradientTransformation],
+    param_labels: PyTree | Callable[[PyTree], PyTree],
+    *,
+    mask_compatible_extra_args: bool = False,
+) -> GradientTransformation:
+    r"""Apply a different transformation to each labelled group of parameters.
+
+    .. math::  u_i = \mathrm{transforms}[\ell_i](g_{\{j : \ell_j = \ell_i\}})_i
+
+    Each leaf gets the label above it in `param_labels`; `transforms[label]` runs on exactly the
+    leaves with that label, as if run alone on them (its state keeps buffers for those leaves
+    only). This is `gradtx.multi_transform` under Optax's name and arguments; use
+    `multi_transform` for glob patterns and a default label.
+
+    Args:
+      transforms: label -> transformation. A label that no leaf uses is allowed.
+      param_labels: a tree of labels with the params' structure or a prefix of it (e.g.
+        `("generator", "discriminator")` for params `(gen_params, disc_params)`), or a function
+        `params -> such a tree` (called on the updates at each step, like Optax).
+      mask_compatible_extra_args: also restrict extra arguments of `update` that have the
+        params' tree structure to each group's leaves before passing them on.
+
+    Returns:
+      A `GradientTransformation` whose state is `gradtx.MultiTransformState(inner_states)`,
+      a dict label -> inner state (Optax wraps each in a `MaskedState`; the updates are the same).
+
+    Reference: matches `optax.partition` (formerly `optax.multi_transform`).
+
+    Example:
+      >>> import gradtx, jax.numpy as jnp
+      >>> params = {"w": jnp.ones((2, 2)), "b": jnp.zeros(2)}
+      >>> tx = gradtx.partition({"adam": gradtx.adam(1e-3), "sgd": gradtx.sgd(0.1)},
+      ...                       {"w": "adam", "b": "sgd"})
+      >>> state = tx.init(params)
+    """
+    from .. import multi_transform  # the public function (its module is private)
+
+    who = "partition"
+    if not isinstance(mask_compatible_extra_args, bool):
+        raise ValueError(
+            f"{who}: mask_compatible_extra_args must be True or False, "
+            f"got {mask_compatible_extra_args!r}"
+        )
+    if not isinstance(transforms, Mapping) or not transforms:
+        raise ValueError(
+            f"{who}: transforms must be a non-empty dict label -> transformation, "
+            f"got {transforms!r}"
+        )
+    txs = {
+        label: _as_transformation(tx, who, f"transforms[{label!r}]")
+        for label, tx in transforms.items()
+    }
+    if mask_compatible_extra_args:
+        txs = {label: _mask_extra_args(tx) for label, tx in txs.items()}
+
+    def labels_for(tree: PyTree) -> PyTree:
+        spec = param_labels(tree) if callable(param_labels) else param_labels
+        return broadcast_prefix(spec, tree, who=who, what="param_labels")
+
+    with _named(who):
+        tx = multi_transform(txs, labels_for)
+
+    def init(params: Any) -> Any:
+        with _named(who):
+            return tx.init(params)
+
+    def update(updates, state, params=None, **extra_args):
+        with _named(who):
+            return tx.update(updates, state, params, **extra_args)
+
+    return GradientTransformation(init, update)
+
+
+__all__ = ["partition"]

@@ -1,0 +1,44 @@
+"""Shared fixtures of the distributed tests: a 4x2 mesh and a params tree with FSDP,
+tensor-parallel and replicated parts (dims divisible by the mesh axes, plus one odd leaf)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+
+def mesh_4x2() -> jax.sharding.Mesh:
+    return jax.make_mesh((4, 2), ("data", "model"), (AxisType.Auto, AxisType.Auto))
+
+
+# FSDP: sharded over "data"; tensor parallel: over "model"; replicated: ZeRO-1 shards its state.
+SPECS = {
+    "fsdp": {"w": P("data", None), "b": P("data")},
+    "tp": {"w": P(None, "model"), "b": P("model")},
+    "rep": {"w": P(), "odd": P(), "s": P()},
+}
+SHAPES = {
+    "fsdp": {"w": (16, 8), "b": (8,)},
+    "tp": {"w": (8, 16), "b": (16,)},
+    "rep": {"w": (8, 8), "odd": (3, 5), "s": ()},
+}
+
+
+def host_params(seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return jax.tree.map(
+        lambda shape: jnp.asarray(rng.normal(size=shape), jnp.float32),
+        SHAPES,
+        is_leaf=lambda x: isinstance(x, tuple),
+    )
+
+
+def param_shardings(mesh) -> dict:
+    return jax.tree.map(lambda s: NamedSharding(mesh, s), SPECS)
+
+
+def replicated(mesh, tree):
+    return jax.tree.map(lambda _: NamedSharding(mesh, P()), tree)
