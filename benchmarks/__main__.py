@@ -33,7 +33,25 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run only the checkpoint save/load benchmark (vs numpy.save / numpy.load)",
     )
+    parser.add_argument(
+        "--zero1",
+        action="store_true",
+        help="run only the ZeRO-1 vs replicated optimizer-state benchmark (8 host devices)",
+    )
+    parser.add_argument(
+        "--quantized",
+        action="store_true",
+        help="run only the 8-bit optimizer state benchmark (float32 / bf16 / 8-bit Adam)",
+    )
     args = parser.parse_args(argv)
+    if args.quantized:
+        from .quantized import main as quantized_main
+
+        return quantized_main(quick=args.quick, out=args.out)
+    if args.zero1:
+        from .zero1 import main as zero1_main
+
+        return zero1_main(quick=args.quick, out=args.out, rounds=args.repeats)
     if args.checkpoint:
         from .checkpoint import main as checkpoint_main
 

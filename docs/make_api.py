@@ -32,6 +32,42 @@ def _summary(obj) -> str:
     return doc.strip().split("\n\n")[0].replace("\n", " ")
 
 
+def _rule(doc: str) -> str | None:
+    """The first `.. math::` block of a docstring, dedented, or None."""
+    lines = doc.split("\n")
+    for i, line in enumerate(lines):
+        if line.strip().startswith(".. math::"):
+            body = [line.strip()[len(".. math::") :].strip()]
+            for nxt in lines[i + 1 :]:
+                if nxt.strip() and not nxt.startswith(" "):
+                    break
+                body.append(nxt.strip())
+            text = " ".join(b for b in body if b)
+            return text or None
+    return None
+
+
+def _reference(doc: str) -> str | None:
+    """The docstring's `Reference:` paragraph as one line, or None."""
+    for paragraph in doc.split("\n\n"):
+        if paragraph.startswith(("Reference:", "References:", "Reference ")):
+            return " ".join(paragraph.split()).split(":", 1)[1].strip()
+    return None
+
+
+def _entry(name: str, obj) -> list[str]:
+    """A bullet with the signature and summary, and for functions the rule and the reference."""
+    out = [f"- `{_signature(name, obj)}`: {_summary(obj)}"]
+    if inspect.isfunction(obj):
+        doc = inspect.getdoc(obj) or ""
+        rule, reference = _rule(doc), _reference(doc)
+        if rule:
+            out.append(f"  - rule: `{rule}`")
+        if reference:
+            out.append(f"  - reference: {reference}")
+    return out
+
+
 def _signature(name: str, obj) -> str:
     if inspect.isclass(obj):
         return name
@@ -58,8 +94,7 @@ def render() -> str:
         if inspect.ismodule(obj):
             continue
         family, sub = _family(getattr(obj, "__module__", "gradtx._core"))
-        line = f"- `{_signature(name, obj)}`: {_summary(obj)}"
-        groups[family][sub].append(line)
+        groups[family][sub].extend(_entry(name, obj))
     out = [HEADER]
     for family in ["_core", "transforms", "wrappers", "optimizers"]:
         out.append(f"## {FAMILY_TITLES[family]}\n")
@@ -87,7 +122,7 @@ def render() -> str:
             obj = getattr(module, name)
             if inspect.ismodule(obj):
                 continue
-            out.append(f"- `{_signature(name, obj)}`: {_summary(obj)}")
+            out.extend(_entry(name, obj))
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 

@@ -9,6 +9,20 @@ from . import returnn as returnn
 from . import schedules as schedules
 from . import tree as tree
 
+# -- config: registry, from_config / to_config, dialects
+# isort: split
+from . import config as config
+from .config import ConfigError as ConfigError
+from .config import available as available
+from .config import from_config as from_config
+from .config import get_optimizer as get_optimizer
+from .config import register as register
+from .config import to_config as to_config
+from .nnabla import from_nnabla as from_nnabla
+from .returnn import from_returnn as from_returnn
+
+# isort: split
+
 # -- core protocol -----------------------------------------------------------------------------
 from ._core import EmptyState as EmptyState
 from ._core import GradientTransformation as GradientTransformation
@@ -229,8 +243,42 @@ from .transforms._sm3 import scale_by_sm3 as scale_by_sm3
 from .transforms._zero import set_to_zero as set_to_zero
 
 # -- Solvers III: Optax utilities (skip_*, periodic_update, ema, partition, conditionally_*, ...) -
+# isort: split
+from . import microbatching as microbatching
+from .transforms._per_example import per_example_global_norm_clip as per_example_global_norm_clip
+from .transforms._per_example import per_example_layer_norm_clip as per_example_layer_norm_clip
+from .wrappers._conditional import ConditionallyMaskState as ConditionallyMaskState
+from .wrappers._conditional import ConditionallyTransformState as ConditionallyTransformState
+from .wrappers._conditional import conditionally_mask as conditionally_mask
+from .wrappers._conditional import conditionally_transform as conditionally_transform
+from .wrappers._conditional import skip_large_updates as skip_large_updates
+from .wrappers._conditional import skip_not_finite as skip_not_finite
+from .wrappers._ema import EmaState as EmaState
+from .wrappers._ema import ema as ema
+from .wrappers._ema import measure_with_ema as measure_with_ema
+from .wrappers._label_partition import partition as partition
+from .wrappers._periodic import ApplyEveryState as ApplyEveryState
+from .wrappers._periodic import apply_every as apply_every
+from .wrappers._periodic import periodic_update as periodic_update
 
 # -- Solvers III: L-BFGS and line searches ----------------------------------------------------
+# isort: split
+from .optimizers._lbfgs import lbfgs as lbfgs
+from .transforms._lbfgs import ScaleByLBFGSState as ScaleByLBFGSState
+from .transforms._lbfgs import scale_by_lbfgs as scale_by_lbfgs
+from .transforms._linesearch import value_and_grad_from_state as value_and_grad_from_state
+from .transforms._linesearch_backtracking import (
+    BacktrackingLinesearchInfo as BacktrackingLinesearchInfo,
+)
+from .transforms._linesearch_backtracking import (
+    ScaleByBacktrackingLinesearchState as ScaleByBacktrackingLinesearchState,
+)
+from .transforms._linesearch_backtracking import (
+    scale_by_backtracking_linesearch as scale_by_backtracking_linesearch,
+)
+from .transforms._linesearch_zoom import ScaleByZoomLinesearchState as ScaleByZoomLinesearchState
+from .transforms._linesearch_zoom import ZoomLinesearchInfo as ZoomLinesearchInfo
+from .transforms._linesearch_zoom import scale_by_zoom_linesearch as scale_by_zoom_linesearch
 
 # -- checkpoints: state_dict, save, load, inspect
 # isort: split
@@ -253,5 +301,11 @@ from .distributed import init_sharded as init_sharded
 from .distributed import load_sharded as load_sharded
 from .distributed import save_sharded as save_sharded
 from .distributed import state_sharding as state_sharding
+
+# -- quantized (8-bit) optimizer states
+# isort: split
+from ._quantize import QuantizedArray as QuantizedArray
+from ._quantize import QuantizedDtype as QuantizedDtype
+from ._quantize import quantized as quantized
 
 __version__ = "0.1.0"

@@ -137,6 +137,21 @@ def check_float_dtype(who: str, name: str, dtype: Any) -> None:
         )
 
 
+def check_moment_dtype(who: str, name: str, dtype: Any) -> None:
+    """`dtype` is None, a floating-point dtype, or a `gradtx.quantized(...)` spec (block-wise
+    8-bit storage, the explicit way to store a buffer in integers)."""
+    from ._quantize import is_quantized_dtype
+
+    if is_quantized_dtype(dtype):
+        return
+    try:
+        check_float_dtype(who, name, dtype)
+    except ValueError as error:
+        raise ValueError(
+            f"{error}; for 8-bit storage pass {name}=gradtx.quantized() instead"
+        ) from None
+
+
 def expect_state(who: str, state: Any, cls: type) -> None:
     """`state` is a `cls` (from this transformation's own `init`); the error names both kinds."""
     if not isinstance(state, cls):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -36,10 +37,15 @@ def _build(path: str, dialect: str, comm_size: int) -> Any:
 def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"python -m gradtx {prog}")
     parser.add_argument("config", help="a YAML or JSON config file")
-    parser.add_argument("--dialect", choices=DIALECTS, default="gradtx",
-                        help="the config's format (default: gradtx's own schema)")
-    parser.add_argument("--comm-size", type=int, default=1,
-                        help="nnabla: the number of data-parallel workers")
+    parser.add_argument(
+        "--dialect",
+        choices=DIALECTS,
+        default="gradtx",
+        help="the config's format (default: gradtx's own schema)",
+    )
+    parser.add_argument(
+        "--comm-size", type=int, default=1, help="nnabla: the number of data-parallel workers"
+    )
     return parser
 
 
@@ -47,13 +53,15 @@ def _steps(text: str) -> list[int]:
     try:
         steps = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
     if not steps or min(steps) < 0:
         raise argparse.ArgumentTypeError(f"expected integers >= 0, got {text!r}")
     return steps
 
 
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     fmt = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
     return [fmt(header), fmt(tuple("-" * w for w in widths)), *(fmt(r) for r in rows)]
@@ -62,8 +70,12 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
 def describe(argv: list[str]) -> int:
     """`describe CONFIG`: the chain, every hyperparameter and the learning rate at some steps."""
     parser = _parser("describe")
-    parser.add_argument("--steps", type=_steps, default=[0, 1, 10, 100, 1000, 10000],
-                        help="comma-separated steps at which to show the learning rate")
+    parser.add_argument(
+        "--steps",
+        type=_steps,
+        default=[0, 1, 10, 100, 1000, 10000],
+        help="comma-separated steps at which to show the learning rate",
+    )
     args = parser.parse_args(argv)
     from .config import ConfigError
     from .config._describe import chain_lines, hyperparameter_rows, learning_rate_label
@@ -77,8 +89,9 @@ def describe(argv: list[str]) -> int:
     out = [f"config: {args.config} ({args.dialect})", "", "chain (gradients enter at the top):"]
     out += [f"  {line}" for line in chain_lines(tx.config)]
     out += ["", "hyperparameters:"]
-    out += [f"  {line}" for line in _table(("path", "value", "note"), hyperparameter_rows(
-        tx.config))]
+    out += [
+        f"  {line}" for line in _table(("path", "value", "note"), hyperparameter_rows(tx.config))
+    ]
     out += ["", f"learning rate: {learning_rate_label(tx.config)}"]
     rows = [(str(s), f"{float(v):.6g}") for s, v in zip(args.steps, values, strict=True)]
     out += [f"  {line}" for line in _table(("step", "learning_rate"), rows)]
@@ -123,8 +136,10 @@ def plot_schedule(argv: list[str]) -> int:
     fig.tight_layout()
     fig.savefig(args.output)
     plt.close(fig)
-    print(f"wrote {args.output} ({args.steps} steps, learning rate {np.nanmin(values):.6g} .. "
-          f"{np.nanmax(values):.6g})")
+    print(
+        f"wrote {args.output} ({args.steps} steps, learning rate {np.nanmin(values):.6g} .. "
+        f"{np.nanmax(values):.6g})"
+    )
     return 0
 
 

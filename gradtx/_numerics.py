@@ -6,9 +6,14 @@ float32 (or wider, when the inputs are wider) and cast back by the caller.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from . import _quantize
 from ._typing import ArrayLike
 
 INT32_MAX = int(jnp.iinfo(jnp.int32).max)
@@ -54,9 +59,37 @@ def as_stored(x: jax.Array, buffer: jax.Array) -> jax.Array:
     read back: their narrow range would store a small second moment (e.g. (1 - b2) g^2 for
     g ~ 1e-3) as 0 and the update would overflow.
     """
+    if _quantize.is_quantized(buffer):
+        return _quantize.decode(store(x, buffer))
     if jnp.dtype(buffer.dtype) == jnp.float16:
         return widen(x)
     return widen(x.astype(buffer.dtype))
+
+
+def stored(x: jax.Array, buffer) -> tuple:
+    """`(new_buffer, value)`: `x` stored like `buffer` (`store`) and the widened value it now
+    holds (`as_stored`), computed once."""
+    if _quantize.is_quantized(buffer):
+        new = store(x, buffer)
+        return new, _quantize.decode(new)
+    value = as_stored(x, buffer)
+    return value.astype(buffer.dtype), value
+
+
+def read(buffer) -> jax.Array:
+    """A state buffer's value for computing: a quantized buffer decoded (float32), any other
+    buffer as it is (so that `decay * buffer` rounds in the buffer's dtype, as Optax's does)."""
+    if _quantize.is_quantized(buffer):
+        return _quantize.decode(buffer)
+    return buffer
+
+
+def store(x: jax.Array, buffer):
+    """`x` as the new value of state buffer `buffer`: cast to its dtype, or quantized with the
+    same block size and code when `buffer` is a `QuantizedArray`."""
+    if _quantize.is_quantized(buffer):
+        return _quantize.encode(x, block_size=buffer.block_size, signed=buffer.signed)
+    return x.astype(buffer.dtype)
 
 
 def abs_sq(g: jax.Array) -> jax.Array:
@@ -122,3 +155,26 @@ def value_at(hyperparameter, count: ArrayLike):
             )
         return value
     return hyperparameter
+
+
+def key_data(who: str, name: str, seed: Any) -> jax.Array:
+    """The raw key data (uint32) of an integer seed or a PRNG key (typed, or a legacy uint32
+    `jax.random.PRNGKey`), for state that must hold plain arrays; a `ValueError` naming `who`'s
+    argument `name` otherwise."""
+    if isinstance(seed, jax.Array) and jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
+        return jax.random.key_data(seed)
+    if not isinstance(seed, bool):
+        arr = seed if isinstance(seed, jax.Array) else np.asarray(seed)
+        if arr.ndim == 0 and jnp.issubdtype(arr.dtype, jnp.integer):
+            return jax.random.key_data(jax.random.key(seed))
+        if arr.dtype == jnp.uint32 and arr.ndim == 1:  # a legacy jax.random.PRNGKey(...)
+            return jnp.asarray(arr)
+    raise ValueError(f"{who}: {name} must be an integer seed or a PRNG key, got {seed!r}")
+
+
+def cond(pred: Any, true_fn: Callable[..., Any], false_fn: Callable[..., Any], *operands: Any):
+    """`jax.lax.cond`, or a plain Python branch when `pred` is concrete (eager updates): an eager
+    `lax.cond` compiles its branches anew at every call, as they are new closures each step."""
+    if isinstance(pred, jax.core.Tracer):
+        return jax.lax.cond(pred, true_fn, false_fn, *operands)
+    return true_fn(*operands) if bool(pred) else false_fn(*operands)

@@ -32,17 +32,8 @@ from .tree import path_str
 Entry = Any  # None, an axis name, or a tuple of axis names
 
 
-class LeafSharding(NamedTuple):
-    """How one state leaf is sharded, and why.
-
-    Attributes:
-      path: the leaf's '/'-joined key path in the state (`gradtx.tree.path_str`).
-      shape: its shape.
-      dtype: its dtype.
-      spec: its `PartitionSpec` on the mesh.
-      source: the path of the parameter it was paired with ('' for none).
-      note: the rule that gave `spec`, or why a ZeRO-1 axis could not be used.
-    """
+class Row(NamedTuple):
+    """One state leaf's placement (made public as `gradtx.LeafSharding`)."""
 
     path: str
     shape: tuple[int, ...]
@@ -96,7 +87,9 @@ def _fit(pspec: list[Entry], pshape: tuple[int, ...], shape: tuple[int, ...]) ->
 
 
 def _divisible(mesh: Mesh, spec: list[Entry], shape: tuple[int, ...]) -> list[Entry]:
-    return [e if n % _axes_size(mesh, _axes(e)) == 0 else None for e, n in zip(spec, shape)]
+    return [
+        e if n % _axes_size(mesh, _axes(e)) == 0 else None for e, n in zip(spec, shape, strict=True)
+    ]
 
 
 def _zero1(
@@ -151,12 +144,12 @@ def _param_spec(who: str, path: str, leaf: Any, sharding: Any, mesh: Mesh | None
 
 def _param_specs(
     who: str, params: PyTree, param_shardings: PyTree | None, mesh: Mesh | None
-) -> tuple[Mesh, jtu.PyTreeDef, list[tuple[str, tuple[int, ...], list[Entry]]]]:
+) -> tuple[Mesh, Any, list[tuple[str, tuple[int, ...], list[Entry], PartitionSpec]]]:
     leaves_with_path, treedef = jtu.tree_flatten_with_path(params)
     if param_shardings is None:
         given: list[Any] = [None] * len(leaves_with_path)
     else:
-        given = treedef.flatten_up_to(param_shardings)
+        given = _flatten_up_to(treedef, param_shardings)
     found_mesh = mesh
     out = []
     for (key_path, leaf), sharding in zip(leaves_with_path, given, strict=True):
@@ -170,7 +163,7 @@ def _param_specs(
                 f"{dict(found_mesh.shape)}; all parameters must share one mesh"
             )
         shape = tuple(int(d) for d in np.shape(leaf))
-        out.append((path, shape, _padded(spec, len(shape))))
+        out.append((path, shape, _padded(spec, len(shape)), spec))
     if found_mesh is None:
         raise ValueError(f"{who}: params has no array leaves; pass mesh= to shard the state")
     return found_mesh, treedef, out
@@ -184,8 +177,8 @@ def plan(
     mesh: Mesh | None,
     param_shardings: PyTree | None,
     zero_axis: str | Sequence[str] | None,
-) -> tuple[Mesh, jtu.PyTreeDef, list[LeafSharding]]:
-    """The mesh, the state's treedef and one `LeafSharding` per state leaf (flattening order)."""
+) -> tuple[Mesh, jtu.PyTreeDef, list[Row]]:
+    """The mesh, the state's treedef and one `Row` per state leaf (flattening order)."""
     mesh, ptreedef, pinfo = _param_specs(who, params, param_shardings, mesh)
     zero_axes: tuple[str, ...] = ()
     if zero_axis is not None:
@@ -193,14 +186,15 @@ def plan(
         unknown = [a for a in zero_axes if a not in mesh.shape]
         if unknown or not zero_axes:
             raise ValueError(
-                f"{who}: zero_axis must name axes of the mesh {tuple(mesh.shape)}, got {zero_axis!r}"
+                f"{who}: zero_axis must name axes of the mesh {tuple(mesh.shape)}, "
+                f"got {zero_axis!r}"
             )
     pairing: dict[int, int] = {}  # id of a state leaf's position -> parameter index
 
     def visit(node: Any, positions: list[int]) -> None:
         # positions: the flat indices (in the whole state) of `node`'s leaves, in order
         try:
-            subtrees = ptreedef.flatten_up_to(node)
+            subtrees = _flatten_up_to(ptreedef, node)
         except (ValueError, TypeError):
             subtrees = None
         if subtrees is not None and ptreedef.num_leaves > 0:
@@ -223,9 +217,12 @@ def plan(
     rows = []
     for pos, (key_path, leaf) in enumerate(state_leaves_with_path):
         shape = tuple(int(d) for d in np.shape(leaf))
+        original = None
         if pos in pairing:
-            ppath, pshape, pspec = pinfo[pairing[pos]]
+            ppath, pshape, pspec, original = pinfo[pairing[pos]]
             spec, note = _fit(pspec, pshape, shape)
+            if shape != pshape:
+                original = None
         else:
             ppath, spec = "", [None] * len(shape)
             note = "scalar: replicated" if not shape else "not paired with a parameter: replicated"
@@ -234,16 +231,29 @@ def plan(
             spec, zero_note = _zero1(mesh, spec, shape, zero_axes)
             note += zero_note
         rows.append(
-            LeafSharding(
+            Row(
                 path=path_str(key_path),
                 shape=shape,
                 dtype=getattr(leaf, "dtype", None),
-                spec=PartitionSpec(*spec),
+                spec=original if original is not None and spec == pspec else _trimmed(spec),
                 source=ppath,
                 note=note,
             )
         )
     return mesh, treedef, rows
+
+
+def _flatten_up_to(treedef: Any, tree: Any) -> list[Any]:
+    """The subtrees of `tree` at the leaves of `treedef` (ValueError if it is not a prefix)."""
+    return list(treedef.flatten_up_to(tree))
+
+
+def _trimmed(spec: list[Entry]) -> PartitionSpec:
+    """The spec without trailing Nones (`P("data")` rather than `P("data", None)`)."""
+    spec = list(spec)
+    while spec and spec[-1] is None:
+        spec.pop()
+    return PartitionSpec(*spec)
 
 
 def _children(node: Any) -> list[Any]:

@@ -292,7 +292,8 @@ def load(path: str | os.PathLike, template_state: OptState, *, strict: bool = Tr
     lists missing / unexpected / mismatched keys and names the first), then each tensor is read
     straight into its buffer and its checksum verified. A truncated, corrupt or foreign file
     raises a `CheckpointError` naming `path` and what is wrong; nothing is returned partially
-    loaded.
+    loaded. Memory: on CPU the arrays adopt the read buffers (no copy); elsewhere leaves are
+    transferred in batches of up to 64 MB, so at most that much is held twice.
 
     Args:
       path: a file written by `gradtx.save`.

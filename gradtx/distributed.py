@@ -9,12 +9,13 @@ computes what it computes on one device. What this module adds is where the stat
   in / out shardings of the step.
 - `state_sharding(tx, params, zero_axis="data")`: ZeRO stage 1. Each moment is also sharded along
   the data-parallel axis, even where its parameter is replicated, so per-device state memory
-  falls by that axis's size. XLA then reduce-scatters the gradients into the sharded update and
-  all-gathers the updates for the replicated params.
+  falls by that axis's size. Each device updates only its slice of the moments from the summed
+  gradients, and XLA all-gathers the updates for the replicated params.
 - `init_sharded`, `abstract_state`: build the state directly in its shardings (params may be
   `jax.ShapeDtypeStruct`s that carry a sharding, so nothing is materialised on one device), or
   describe it without building it (for `jit(...).lower`, and as a restore target).
-- `bytes_per_device`: how much of a tree each device holds.
+- `bytes_per_device`: how much of a tree each device holds; `hlo_collectives`: which collectives
+  XLA put into a compiled step.
 - `save_sharded` / `load_sharded`: orbax-checkpoint with the state's `gradtx.state_dict` paths as
   names; every process writes and reads only its own shards.
 
@@ -34,15 +35,15 @@ import os
 import re
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 from jax import tree_util as jtu
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ._core import GradientTransformation
-from ._sharding import LeafSharding, plan
+from ._sharding import plan
 from ._typing import OptState, Params, PyTree
 from .tree import path_str
 
@@ -57,6 +58,26 @@ __all__ = [
     "save_sharded",
     "state_sharding",
 ]
+
+
+class LeafSharding(NamedTuple):
+    """How one state leaf is sharded, and why (a row of `explain_state_sharding`).
+
+    Attributes:
+      path: the leaf's '/'-joined key path in the state (as in `gradtx.state_dict`).
+      shape: its shape.
+      dtype: its dtype.
+      spec: its `PartitionSpec` on the mesh.
+      source: the path of the parameter it was paired with ('' for none).
+      note: the rule that gave `spec`, and with ZeRO-1 the axis it used or why it used none.
+    """
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: Any
+    spec: PartitionSpec
+    source: str
+    note: str
 
 
 def _abstract(x: Any) -> Any:
@@ -99,7 +120,7 @@ def explain_state_sharding(
     _, _, rows = plan(
         who, shapes, params, mesh=mesh, param_shardings=param_shardings, zero_axis=zero_axis
     )
-    return rows
+    return [LeafSharding(*row) for row in rows]
 
 
 def state_sharding(
@@ -146,7 +167,21 @@ def state_sharding(
     Reference: Rajbhandari et al., 2020, "ZeRO: Memory Optimizations Toward Training Trillion
     Parameter Models" (stage 1: optimizer-state partitioning).
     """
-    who = "state_sharding"
+    return _shardings(
+        "state_sharding", tx, params, mesh, param_shardings, zero_axis, warn, stacklevel=3
+    )
+
+
+def _shardings(
+    who: str,
+    tx: GradientTransformation,
+    params: Params,
+    mesh: Mesh | None,
+    param_shardings: PyTree | None,
+    zero_axis: str | Sequence[str] | None,
+    warn: bool,
+    stacklevel: int,
+) -> OptState:
     shapes = _state_shapes(who, tx, params)
     mesh_, treedef, rows = plan(
         who, shapes, params, mesh=mesh, param_shardings=param_shardings, zero_axis=zero_axis
@@ -162,7 +197,7 @@ def state_sharding(
             warnings.warn(
                 f"{who}: {len(kept)} state leaves stay replicated over {zero_axis!r} because no "
                 f"dimension divides by {size}: " + ", ".join(kept[:8]) + (" ..." * (len(kept) > 8)),
-                stacklevel=2,
+                stacklevel=stacklevel,
             )
     return jtu.tree_unflatten(treedef, [NamedSharding(mesh_, r.spec) for r in rows])
 
@@ -229,15 +264,18 @@ def init_sharded(
     Returns:
       The initial state, every leaf with the sharding `state_sharding` derives.
     """
-    shardings = state_sharding(
-        tx, params, mesh=mesh, param_shardings=param_shardings, zero_axis=zero_axis, warn=warn
+    shardings = _shardings(
+        "init_sharded", tx, params, mesh, param_shardings, zero_axis, warn, stacklevel=3
     )
     leaves, treedef = jtu.tree_flatten(params)
     abstract = [isinstance(x, jax.ShapeDtypeStruct) for x in leaves]
     if any(abstract):
         structs = jtu.tree_unflatten(
             treedef,
-            [jax.ShapeDtypeStruct(x.shape, x.dtype) if a else x for x, a in zip(leaves, abstract)],
+            [
+                jax.ShapeDtypeStruct(x.shape, x.dtype) if a else x
+                for x, a in zip(leaves, abstract, strict=True)
+            ],
         )
         return jax.jit(lambda: tx.init(structs), out_shardings=shardings)()
     return jax.jit(tx.init, out_shardings=shardings)(params)

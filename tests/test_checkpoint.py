@@ -461,3 +461,15 @@ def test_round_trip_through_flax_serialization():
     _assert_bitwise_equal(restored, state)
     flat = serialization.msgpack_restore(serialization.msgpack_serialize(gradtx.state_dict(state)))
     _assert_bitwise_equal(gradtx.load_state_dict(template, flat), state)
+
+
+def test_checkpoint_benchmark_runs_on_a_tiny_tree(tmp_path):
+    from benchmarks.checkpoint import checkpoint_markdown, throughput
+    from benchmarks.workloads import TreeSpec
+
+    result = throughput(TreeSpec("tiny", 3, (8, 8)), rounds=2, folder=str(tmp_path))
+    assert result["leaves"] == 8 and result["state_bytes"] == 2 * 3 * 64 * 4 + 2 * 4
+    assert all(r["median"] > 0 and r["n"] == 2 for r in result["rates_MBps"].values())
+    run = {"machine": {"date": "d", "cpu": "c", "cpu_count": 1, "jax": "j", "numpy": "n"}}
+    text = checkpoint_markdown({**run, "quick": True, "results": [{**result, "memory": {}}]})
+    assert "| tiny |" in text and "load / numpy.load" in text

@@ -49,7 +49,7 @@ def _accumulator(lib, mean_kind):
 
 
 @pytest.mark.parametrize("use_jit", [False, True], ids=["eager", "jit"])
-@pytest.mark.parametrize("size", [1, 2, 4, 8])
+@pytest.mark.parametrize("size", [1, 2, 8])
 @pytest.mark.parametrize("mean_kind", ["MEAN", "RUNNING_MEAN"])
 def test_microbatch_matches_optax(mean_kind, size, use_jit):
     x, _, z = _data()
@@ -175,7 +175,9 @@ def test_micro_grad_trains_like_optax(size, has_aux, keep_batch_dim):
     """DP-style training (per-example clipped mean gradients, then SGD) for 100 steps."""
     rng = np.random.default_rng(4)
     features = jnp.asarray(rng.normal(size=(B, 3)), jnp.float32)
-    targets = jnp.asarray(features @ np.array([1.0, -2.0, 0.5]) + 0.3, jnp.float32)
+    # noisy targets: the residuals (and so the per-example gradients) stay O(1), no cancellation
+    noise = rng.normal(size=B)
+    targets = jnp.asarray(features @ np.array([1.0, -2.0, 0.5]) + 0.3 + noise, jnp.float32)
     params = {"w": jnp.zeros(3), "b": jnp.zeros(())}
     runs = []
     for lib in (gradtx, optax):

@@ -19,7 +19,7 @@ def _make_api():
     return module
 
 
-NAMESPACES = ("nnabla", "returnn", "contrib")
+NAMESPACES = ("nnabla", "returnn", "contrib", "config")
 
 
 def _public():

@@ -47,8 +47,11 @@ def chain_lines(config: Mapping[str, Any]) -> list[str]:
         depth += 1
     nonfinite = config.get("nonfinite")
     if nonfinite is not None and nonfinite["action"] == "skip":
-        add(_call("apply_if_finite", {"max_consecutive_errors": nonfinite[
-            "max_consecutive_errors"]}))
+        add(
+            _call(
+                "apply_if_finite", {"max_consecutive_errors": nonfinite["max_consecutive_errors"]}
+            )
+        )
         depth += 1
     if config.get("noise") is not None:
         add(_call("add_noise", config["noise"]))

@@ -112,8 +112,9 @@ def from_config(source: Any) -> ConfiguredOptimizer:
         source = source.config
     raw, where = read(source)
     config = validate(raw)
-    return configured(build(config), config, where if isinstance(source, str | os.PathLike)
-                      else "<dict>")
+    return configured(
+        build(config), config, where if isinstance(source, str | os.PathLike) else "<dict>"
+    )
 
 
 def from_normalized(config: Mapping[str, Any], source: str) -> ConfiguredOptimizer:

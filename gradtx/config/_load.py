@@ -33,7 +33,7 @@ def _parse_json(text: str, where: str) -> Any:
 def _parse_yaml(text: str, where: str) -> Any:
     yaml = _yaml()
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
@@ -68,8 +68,8 @@ def read(source: Any, what: str = "config") -> tuple[dict[str, Any], str]:
     elif isinstance(source, str):
         where = "<string>"
         stripped = source.lstrip()
-        data = _parse_json(source, where) if stripped.startswith("{") else _parse_yaml(
-            source, where
+        data = (
+            _parse_json(source, where) if stripped.startswith("{") else _parse_yaml(source, where)
         )
     else:
         raise ConfigError(
@@ -91,9 +91,7 @@ def dump(config: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
         text = _yaml().safe_dump(dict(config), sort_keys=False, default_flow_style=False)
         target.write_text(text, encoding="utf-8")
     else:
-        raise ConfigError(
-            f"to_config: path must end in .yaml, .yml or .json, got {str(target)!r}"
-        )
+        raise ConfigError(f"to_config: path must end in .yaml, .yml or .json, got {str(target)!r}")
 
 
 __all__ = ["dump", "read"]

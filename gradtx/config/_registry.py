@@ -77,6 +77,14 @@ class _Registry:
                 f"register: the {kind} name {name!r} is taken by {old.name!r} "
                 f"({_describe(old.factory)}); pick another name or pass overwrite=True"
             )
+        for alias in aliases:  # check every alias first: a refused call changes nothing
+            taken = entries.get(normalize(alias))
+            if overwrite or taken is None or taken is old or taken.factory is factory:
+                continue
+            raise ConfigError(
+                f"register: the {kind} alias {alias!r} is taken by {taken.name!r}; pick "
+                "another alias or pass overwrite=True"
+            )
         if old is not None and old.name != name and normalize(old.name) != key:
             old.aliases = [a for a in old.aliases if normalize(a) != key]
         entry = Entry(name=name, factory=factory, kind=kind, origin=origin)
@@ -163,7 +171,7 @@ def _discover() -> None:
         prefix = namespace.__name__.rsplit(".", 1)[-1]
         for name in getattr(namespace, "__all__", ()):
             fn = getattr(namespace, name, None)
-            if _is_optimizer_factory(name, fn):
+            if fn is not None and _is_optimizer_factory(name, fn):
                 reg.add("optimizer", f"{prefix}.{name}", fn, prefix)
     seen: dict[int, Entry] = {}
     for name in schedules.__all__:

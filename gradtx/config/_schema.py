@@ -40,8 +40,11 @@ SECTION_KEYS: dict[str, dict[str, tuple[str, bool, Any]]] = {
         "norm": ("number", False, None),
         "global_norm": ("number", False, None),
     },
-    "noise": {"eta": ("number", True, None), "gamma": ("number", False, 0.55),
-              "seed": ("int", False, 0)},
+    "noise": {
+        "eta": ("number", True, None),
+        "gamma": ("number", False, 0.55),
+        "seed": ("int", False, 0),
+    },
     "nonfinite": {"action": ("str", True, None), "max_consecutive_errors": ("int", False, None)},
     "lr_multipliers": {
         "rules": ("rules", True, None),
@@ -60,8 +63,31 @@ WEIGHT_DECAY_MODES = ("coupled", "decoupled")
 NONFINITE_ACTIONS = ("zero", "skip")
 
 
+# other libraries' spellings of gradtx's argument names (nnabla, PyTorch, TF, Keras)
+_SYNONYMS = {
+    "beta1": "b1",
+    "beta2": "b2",
+    "beta3": "b3",
+    "betas": "b1",
+    "epsilon": "eps",
+    "lr": "learning_rate",
+    "alpha": "learning_rate",
+    "eta": "learning_rate",
+    "wd": "weight_decay",
+    "rho": "decay",
+    "use_nesterov": "nesterov",
+    "max_grad_norm": "global_norm",
+    "clip_norm": "norm",
+}
+
+
 def did_you_mean(name: str, candidates: Any) -> str:
-    close = difflib.get_close_matches(str(name), [str(c) for c in candidates], n=3)
+    """' (did you mean 'x'?)' for the closest candidates (also known synonyms), or ''."""
+    names = [str(c) for c in candidates]
+    close = difflib.get_close_matches(str(name), names, n=3)
+    synonym = _SYNONYMS.get(str(name).lower())
+    if synonym in names and synonym not in close:
+        close.insert(0, synonym)
     return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
 
 
@@ -117,7 +143,7 @@ def optional(param: inspect.Parameter) -> bool:
     return "None" in _annotation(param) or param.default is None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def signature(factory: Callable[..., Any]) -> inspect.Signature:
     return inspect.signature(factory)
 
@@ -166,13 +192,15 @@ def _dtype(value: Any, path: str) -> str:
     import jax.numpy as jnp
 
     if not isinstance(value, str):
-        raise ConfigError(f"must be a dtype name such as 'float32' or 'bfloat16', got "
-                          f"{_shown(value)}", path)
+        raise ConfigError(
+            f"must be a dtype name such as 'float32' or 'bfloat16', got {_shown(value)}", path
+        )
     try:
         return jnp.dtype(value).name
     except TypeError:
-        raise ConfigError(f"must be a dtype name such as 'float32' or 'bfloat16', got "
-                          f"{value!r}", path) from None
+        raise ConfigError(
+            f"must be a dtype name such as 'float32' or 'bfloat16', got {value!r}", path
+        ) from None
 
 
 def check_value(kind: str, value: Any, path: str, *, nullable: bool = False) -> Any:
@@ -202,8 +230,9 @@ def check_value(kind: str, value: Any, path: str, *, nullable: bool = False) -> 
         return _number(value, path)
     if kind == "schedule":
         if not isinstance(value, Mapping):
-            raise ConfigError(f"must be a schedule block {{name: ..., ...}}, got "
-                              f"{_shown(value)}", path)
+            raise ConfigError(
+                f"must be a schedule block {{name: ..., ...}}, got {_shown(value)}", path
+            )
         return validate_schedule(value, path)
     if kind == "schedule_list":
         if not isinstance(value, list | tuple):
@@ -211,16 +240,20 @@ def check_value(kind: str, value: Any, path: str, *, nullable: bool = False) -> 
         return [check_value("schedule", v, join(path, i)) for i, v in enumerate(value)]
     if kind == "optimizer":
         if not isinstance(value, Mapping):
-            raise ConfigError(f"must be an optimizer block {{name: ..., ...}}, got "
-                              f"{_shown(value)}", path)
+            raise ConfigError(
+                f"must be an optimizer block {{name: ..., ...}}, got {_shown(value)}", path
+            )
         return validate_optimizer(value, path)
     if kind == "mask":
         if isinstance(value, str | bool):
             return value
         if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
             return list(value)
-        raise ConfigError(f"must be a glob pattern or a list of patterns (see docs/patterns.md), "
-                          f"got {_shown(value)}", path)
+        raise ConfigError(
+            f"must be a glob pattern or a list of patterns (see docs/patterns.md), "
+            f"got {_shown(value)}",
+            path,
+        )
     if kind == "dtype":
         return _dtype(value, path)
     if kind == "int_list":
@@ -229,8 +262,9 @@ def check_value(kind: str, value: Any, path: str, *, nullable: bool = False) -> 
         return [_int(v, join(path, i)) for i, v in enumerate(value)]
     if kind == "rules":
         if not isinstance(value, Mapping):
-            raise ConfigError(f"must be a mapping {{pattern: multiplier}}, got {_shown(value)}",
-                              path)
+            raise ConfigError(
+                f"must be a mapping {{pattern: multiplier}}, got {_shown(value)}", path
+            )
         return dict(value)
     if kind == "mapping":
         if not isinstance(value, Mapping):
@@ -254,8 +288,9 @@ def _key(key: Any) -> Any:
 def _block_name(block: Mapping[str, Any], path: str, label: str) -> Any:
     if "name" not in block:
         example = "'adamw'" if label == "solver" else "'cosine_decay'"
-        raise ConfigError(f"missing the {label} name: add `name: ...` (e.g. {example})",
-                          join(path, "name"))
+        raise ConfigError(
+            f"missing the {label} name: add `name: ...` (e.g. {example})", join(path, "name")
+        )
     return block["name"]
 
 
@@ -290,8 +325,9 @@ def _hyperparameters(
 def validate_optimizer(block: Mapping[str, Any], path: str = "optimizer") -> dict[str, Any]:
     """An optimizer block `{name, <hyperparameters>}`, normalized."""
     if not isinstance(block, Mapping):
-        raise ConfigError(f"must be an optimizer block {{name: ..., ...}}, got "
-                          f"{_shown(block)}", path)
+        raise ConfigError(
+            f"must be an optimizer block {{name: ..., ...}}, got {_shown(block)}", path
+        )
     entry = lookup(_block_name(block, path, "solver"), "optimizer", join(path, "name"))
     return {"name": entry.name, **_hyperparameters(entry, block, path)}
 
@@ -355,16 +391,19 @@ def _section(name: str, value: Any) -> dict[str, Any]:
                 "nonfinite.action",
             )
         if action == "skip" and out.get("max_consecutive_errors") is None:
-            raise ConfigError("missing: action 'skip' needs it (e.g. 5)",
-                              "nonfinite.max_consecutive_errors")
+            raise ConfigError(
+                "missing: action 'skip' needs it (e.g. 5)", "nonfinite.max_consecutive_errors"
+            )
         if action == "zero" and out.get("max_consecutive_errors") is not None:
-            raise ConfigError("contradictory: only action 'skip' takes it",
-                              "nonfinite.max_consecutive_errors")
+            raise ConfigError(
+                "contradictory: only action 'skip' takes it", "nonfinite.max_consecutive_errors"
+            )
     if name == "lr_multipliers":
         for pattern, factor in out["rules"].items():
             if not isinstance(pattern, str):
-                raise ConfigError(f"patterns must be strings, got {pattern!r}",
-                                  "lr_multipliers.rules")
+                raise ConfigError(
+                    f"patterns must be strings, got {pattern!r}", "lr_multipliers.rules"
+                )
             out["rules"][pattern] = _number(factor, f"lr_multipliers.rules[{pattern!r}]")
     return out
 
@@ -398,8 +437,10 @@ def validate(raw: Mapping[str, Any]) -> dict[str, Any]:
                 str(key),
             )
     if "optimizer" not in raw:
-        raise ConfigError("missing the optimizer section: add `optimizer: {name: ..., "
-                          "learning_rate: ...}`", "optimizer")
+        raise ConfigError(
+            "missing the optimizer section: add `optimizer: {name: ..., learning_rate: ...}`",
+            "optimizer",
+        )
     out: dict[str, Any] = {"optimizer": validate_optimizer(raw["optimizer"])}
     for name in SECTIONS[1:]:
         if name in raw and raw[name] is not None:

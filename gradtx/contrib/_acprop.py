@@ -24,11 +24,22 @@ class ScaleByAcpropState(NamedTuple):
     nu: Updates  # EMA of |g_t - m_{t-1}|^2 (+ eps_root each step), the params' dtype
 
 
+def _nu_zeros(params: Any, nu_dtype: Any) -> Any:
+    if nu_dtype is not None:
+        return zeros_like(params, nu_dtype)
+    half = jnp.dtype(jnp.float16)
+    return jax.tree.map(
+        lambda x: zeros_like(x, jnp.float32 if jnp.result_type(x) == half else None), params
+    )
+
+
 def scale_by_acprop(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.999,
     eps: ArrayLike = 1e-16,
     eps_root: ArrayLike = 1e-16,
+    *,
+    nu_dtype: Any = None,
 ) -> GradientTransformation:
     r"""Rescale updates by ACProp: the gradient over the root of the *previous* centred second
     moment.
@@ -49,6 +60,9 @@ def scale_by_acprop(
       b2: :math:`\beta_2` in [0, 1), decay of the centred second moment.
       eps: :math:`\epsilon` >= 0 added to the denominator.
       eps_root: :math:`\epsilon_{root}` >= 0 added to :math:`s_t` every step.
+      nu_dtype: dtype of :math:`s` (default: the params' dtype, but float32 for float16 params:
+        a float16 :math:`s` underflows to 0 for small gradients, and as the denominator only
+        sees past steps, that makes the next step infinite).
 
     Returns:
       A `GradientTransformation` with state `ScaleByAcpropState(count, mu, nu)`.
@@ -63,7 +77,9 @@ def scale_by_acprop(
     check_non_negative(who, "eps_root", eps_root)
 
     def init(params):
-        return ScaleByAcpropState(count=zero_count(), mu=zeros_like(params), nu=zeros_like(params))
+        return ScaleByAcpropState(
+            count=zero_count(), mu=zeros_like(params), nu=_nu_zeros(params, nu_dtype)
+        )
 
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
@@ -95,6 +111,8 @@ def acprop(
     eps_root: ArrayLike = 1e-16,
     weight_decay: ScalarOrSchedule = 0.0,
     mask: Any = None,
+    *,
+    nu_dtype: Any = None,
 ) -> GradientTransformation:
     r"""ACProp: momentum centring and asynchronous update (an AdaBelief variant).
 
@@ -115,6 +133,7 @@ def acprop(
       eps_root: :math:`\epsilon_{root}` >= 0 added to the second moment every step.
       weight_decay: :math:`\lambda` >= 0, decoupled weight decay (scaled by the learning rate).
       mask: which parameters decay (a boolean tree, a callable or glob patterns); None: all.
+      nu_dtype: dtype of the second moment (see `scale_by_acprop`).
 
     Returns:
       A `GradientTransformation`.
@@ -129,7 +148,7 @@ def acprop(
     Methods" (NeurIPS 2021), arXiv:2110.05454.
     """
     return gradtx.chain(
-        scale_by_acprop(b1, b2, eps, eps_root),
+        scale_by_acprop(b1, b2, eps, eps_root, nu_dtype=nu_dtype),
         gradtx.weight_decay(weight_decay, mask),
         gradtx.scale_by_learning_rate(learning_rate),
     )

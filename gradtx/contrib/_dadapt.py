@@ -25,7 +25,7 @@ class DAdaptAdamWState(NamedTuple):
     grad_sum: Updates  # s_t, params' dtypes
     estim_lr: jax.Array  # d_t, float32
     numerator_weighted: jax.Array  # r_t, float32
-    count: jax.Array  # int32, saturating
+    count: jax.Array  # type: ignore[assignment]  # int32, saturating
 
 
 @alias_errors
@@ -126,13 +126,13 @@ def dadapt_adamw(
         exp_avg, exp_avg_sq, grad_sum = gtree.map_split(
             moments, 3, updates, state.exp_avg, state.exp_avg_sq, state.grad_sum
         )
-        grad_sum_l1 = gtree.norm(grad_sum, ord=1).astype(dtype)
+        grad_sum_l1 = jnp.asarray(gtree.norm(grad_sum, ord=1), dtype)
         numerator = sb2 * state.numerator_weighted + (1 - sb2) * dlr * numerator_acum
         estimate = safe_estimate(numerator, (1 - sb2) * grad_sum_l1)
         new_d = jnp.maximum(state.estim_lr, estimate).astype(dtype)
 
         def step(g, m, v, p):
-            u = -weight_decay * dlr * widen(p) - widen(m) / (jnp.sqrt(widen(v)) + eps)
+            u = -(weight_decay * dlr) * widen(p) - widen(m) / (jnp.sqrt(widen(v)) + eps)
             return u.astype(g.dtype)
 
         new_updates = jax.tree.map(step, updates, exp_avg, exp_avg_sq, params)

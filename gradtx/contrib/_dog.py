@@ -88,7 +88,8 @@ def scale_by_dog(init_step: tuple[str, ArrayLike], eps: ArrayLike = 1e-8) -> Gra
     Args:
       init_step: `(tag, value)` with `value` > 0: `("distance", r)` sets :math:`r_\epsilon = r`;
         `("heuristic", a)` sets :math:`r_\epsilon = a (1 + \|x_0\|)` (needs the real params at
-        `init`); `("learning_rate", eta)` makes the first step size :math:`\eta` (and
+        `init`; `jax.ShapeDtypeStruct` params, for shapes only, give 0); `("learning_rate", eta)`
+        makes the first step size :math:`\eta` (and
         :math:`r_\epsilon = 0`).
       eps: :math:`\epsilon` >= 0, added to :math:`G_t`.
 
@@ -112,7 +113,7 @@ def scale_by_dog(init_step: tuple[str, ArrayLike], eps: ArrayLike = 1e-8) -> Gra
         elif tag == "heuristic":
             concrete = all(not isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(params))
             norm = gtree.norm(params).astype(dtype) if concrete else jnp.zeros([], dtype)
-            r_eps = (value * (1.0 + norm)).astype(dtype)
+            r_eps = jnp.asarray(value * (1.0 + norm), dtype)
         else:
             r_eps = jnp.zeros([], dtype)
         return DoGState(

@@ -13,7 +13,7 @@ import gradtx
 
 from .._checks import alias_errors, check_int
 from .._core import GradientTransformation
-from .._numerics import safe_increment, widen, zero_count
+from .._numerics import cond, safe_increment, widen, zero_count
 from .._typing import OptState, Updates
 
 
@@ -211,7 +211,7 @@ def scale_by_galore(
                 top = u[:, : mat.rank] if mat.left else vh[: mat.rank, :].T
                 return top.astype(p_old.dtype)
 
-            p = jax.lax.cond(refresh, fresh, lambda p_old=p_old: p_old)
+            p = cond(refresh, fresh, lambda p_old=p_old: p_old)
             r = widen(p).T @ g2 if mat.left else g2 @ widen(p)
             low_rank.append(r.astype(g.dtype))
             projectors.append(p)

@@ -20,7 +20,7 @@ class MechanicState(NamedTuple):
     """State of `mechanize` (Optax's fields and order)."""
 
     base_optimizer_state: OptState
-    count: jax.Array  # int32, saturating
+    count: jax.Array  # type: ignore[assignment]  # int32, saturating
     r: jax.Array  # (num_betas,) float32
     m: jax.Array  # (num_betas,) float32
     v: jax.Array  # (num_betas,) float32
@@ -132,7 +132,7 @@ def mechanize(
         v = betas**2 * state.v + h**2
         r = betas * state.r + clipped_h * state.s
         wealth = (s_init / num_betas) * m + jnp.maximum(0.0, r)
-        s = (wealth / (jnp.sqrt(v) + eps)).astype(dtype)
+        s = jnp.asarray(wealth / (jnp.sqrt(v) + eps), dtype)
 
         s_new_sum = jnp.sum(s)
 

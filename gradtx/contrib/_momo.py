@@ -247,9 +247,9 @@ def momo_adam(
         dtype = state.barf.dtype
         f = _loss_value(who, value, dtype)
         count = safe_increment(state.count)
-        t = jnp.asarray(count, dtype)
-        bc1 = 1 - jnp.asarray(b1, dtype) ** t
-        bc2 = 1 - jnp.asarray(b2, dtype) ** t
+        # As Optax: a float base to an integer power (rounds unlike bias_correction's float power).
+        bc1 = jnp.asarray(1 - b1**count, dtype)
+        bc2 = jnp.asarray(1 - b2**count, dtype)
         barf = b1 * state.barf + (1 - b1) * f
 
         def leaf(g, m, v):

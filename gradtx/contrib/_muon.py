@@ -3,9 +3,10 @@ others."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
@@ -52,7 +53,7 @@ DimensionNumbersOrFn = MuonDimensionNumbers | Params | Callable[[Params], Any] |
 class MuonState(NamedTuple):
     """State of `scale_by_muon`."""
 
-    count: jax.Array  # int32, saturating
+    count: jax.Array  # type: ignore[assignment]  # int32, saturating
     mu: Updates  # momentum, dtype mu_dtype or the params'
 
 
@@ -68,8 +69,15 @@ class _Spec:
         self.value = value
 
 
+def _is_dimension_numbers(x: Any) -> bool:
+    # ours, or any tuple with the same fields (e.g. `optax.contrib.MuonDimensionNumbers`)
+    return isinstance(x, MuonDimensionNumbers) or (
+        isinstance(x, tuple) and getattr(x, "_fields", None) == MuonDimensionNumbers._fields
+    )
+
+
 def _is_spec_leaf(x: Any) -> bool:
-    return x is None or isinstance(x, MuonDimensionNumbers)
+    return x is None or _is_dimension_numbers(x)
 
 
 def per_leaf_dimension_numbers(
@@ -77,12 +85,12 @@ def per_leaf_dimension_numbers(
 ) -> list[MuonDimensionNumbers | None]:
     """The dimension numbers of each leaf of `tree` (in flattening order) from `spec`: one
     `MuonDimensionNumbers` for all, a tree (or prefix) of them and Nones, or a callable of `tree`
-    returning one of those."""
-    if callable(spec) and not isinstance(spec, MuonDimensionNumbers):
+    returning one of those. Optax's `MuonDimensionNumbers` are accepted too."""
+    if callable(spec) and not _is_dimension_numbers(spec):
         spec = spec(tree)
     n = len(jax.tree.leaves(tree))
     if _is_spec_leaf(spec):
-        return [spec] * n
+        return [cast(MuonDimensionNumbers | None, spec)] * n
     try:
         spread = jax.tree.map(
             lambda d, sub: jax.tree.map(lambda _: _Spec(d), sub), spec, tree, is_leaf=_is_spec_leaf
@@ -144,8 +152,9 @@ def _ns_step(x: jax.Array, a: jax.Array, c: jax.Array) -> jax.Array:
     return c[0] * x + b @ x
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2))
 def _orthogonalize(
-    x: jax.Array, coeffs: np.ndarray, preconditioning: str, eps: ArrayLike
+    x: jax.Array, coeffs: tuple[tuple[float, ...], ...], preconditioning: str, eps: ArrayLike
 ) -> jax.Array:
     """Newton-Schulz iterations on a stack of matrices `x` of shape (batch, m, n), in float32."""
     transposed = x.shape[-2] > x.shape[-1]
@@ -178,7 +187,7 @@ def _orthogonalize_leaf(
     who: str,
     x: jax.Array,
     dims: MuonDimensionNumbers | None,
-    coeffs: np.ndarray,
+    coeffs: tuple[tuple[float, ...], ...],
     preconditioning: str,
     eps: ArrayLike,
 ) -> jax.Array:
@@ -188,11 +197,12 @@ def _orthogonalize_leaf(
     matrices = jnp.transpose(x, order).reshape(size(batch), size(red), size(out))
     ortho = _orthogonalize(matrices, coeffs, preconditioning, eps)
     ortho = ortho.reshape(tuple(x.shape[a] for a in order))
-    return jnp.transpose(ortho, np.argsort(order))
+    return jnp.transpose(ortho, tuple(int(i) for i in np.argsort(order)))
 
 
-def _coefficient_table(who: str, ns_coeffs: Any, ns_steps: int) -> np.ndarray:
-    """The coefficients of each iteration, shape (iterations, 3)."""
+def _coefficient_table(who: str, ns_coeffs: Any, ns_steps: int) -> tuple[tuple[float, ...], ...]:
+    """The coefficients of each iteration, one row of 3 per iteration (hashable: a static
+    argument of the jitted iteration)."""
     if isinstance(ns_coeffs, str):
         check_one_of(who, "ns_coeffs", ns_coeffs, list(_NS_COEFFS_PRESETS))
         ns_coeffs = _NS_COEFFS_PRESETS[ns_coeffs]
@@ -205,13 +215,13 @@ def _coefficient_table(who: str, ns_coeffs: Any, ns_steps: int) -> np.ndarray:
     if table.ndim not in (1, 2) or table.shape[-1] != 3:
         raise ValueError(f"{who}: ns_coeffs must have shape (3,) or (n, 3), got {table.shape}")
     if table.ndim == 1:
-        return np.tile(table, (ns_steps, 1))
+        table = np.tile(table, (ns_steps, 1))
     if table.shape[0] > ns_steps:
         raise ValueError(
             f"{who}: ns_coeffs has {table.shape[0]} rows, more than ns_steps={ns_steps} "
             "(a table of coefficients gives one iteration per row, at most ns_steps)"
         )
-    return table
+    return tuple(tuple(float(c) for c in row) for row in table)
 
 
 # --------------------------------------------------------------------------------------------
@@ -293,7 +303,7 @@ def scale_by_muon(
         new_updates, new_mu = [], []
         for g, m, d in zip(leaves, mus, dims, strict=True):
             g32 = widen(g)
-            m32 = (1 - beta) * g32 + beta * widen(m)
+            m32: Any = (1 - beta) * g32 + beta * widen(m)
             if nesterov:
                 m_hat = beta * (m32 / corr_next) + (1 - beta) * (g32 / corr)
             else:

@@ -6,13 +6,12 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import gradtx
 
 from .._checks import alias_errors, check_non_negative
 from .._core import GradientTransformation
-from .._numerics import widen
+from .._numerics import key_data, widen
 from .._typing import ArrayLike, ScalarOrSchedule
 
 
@@ -20,19 +19,6 @@ class DifferentiallyPrivateAggregateState(NamedTuple):
     """State of `differentially_private_aggregate`."""
 
     rng_key: jax.Array  # raw PRNG key data (uint32), as `jax.random.key_data` returns it
-
-
-def _key_data(who: str, key: Any) -> jax.Array:
-    """The raw key data of an integer seed or a PRNG key (typed, or legacy uint32)."""
-    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        return jax.random.key_data(key)
-    if not isinstance(key, bool):
-        arr = key if isinstance(key, jax.Array) else np.asarray(key)
-        if arr.ndim == 0 and jnp.issubdtype(arr.dtype, jnp.integer):
-            return jax.random.key_data(jax.random.key(key))
-        if arr.dtype == jnp.uint32 and arr.ndim == 1:  # a legacy jax.random.PRNGKey(...)
-            return jnp.asarray(arr)
-    raise ValueError(f"{who}: key must be an integer seed or a PRNG key, got {key!r}")
 
 
 def differentially_private_aggregate(
@@ -80,7 +66,7 @@ def differentially_private_aggregate(
             f"{who}: needs an explicit key (an integer seed or a PRNG key) so that the noise "
             "is reproducible, got key=None"
         )
-    key0 = _key_data(who, key if key is not None else seed)
+    key0 = key_data(who, "key", key if key is not None else seed)
 
     def init(params):
         del params

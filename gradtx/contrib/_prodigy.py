@@ -24,15 +24,16 @@ class ProdigyState(NamedTuple):
     params0: Params  # x_0
     estim_lr: jax.Array  # d_t, float32
     numerator_weighted: jax.Array  # r_t, float32
-    count: jax.Array  # int32, saturating
+    count: jax.Array  # type: ignore[assignment]  # int32, saturating
 
 
-def safe_estimate(numerator: jax.Array, denominator: jax.Array) -> jax.Array:
+def safe_estimate(numerator: ArrayLike, denominator: ArrayLike) -> jax.Array:
     """`numerator / denominator`, or 0 where the denominator is 0 (no gradient seen yet).
 
     Optax divides unconditionally: a first step whose gradients are all zero makes the estimate
     0 / 0 = NaN, and every later update NaN. Shared with `dadapt_adamw`.
     """
+    numerator, denominator = jnp.asarray(numerator), jnp.asarray(denominator)
     positive = denominator > 0
     return jnp.where(positive, numerator / jnp.where(positive, denominator, 1.0), 0.0)
 
@@ -166,7 +167,9 @@ def prodigy(
         new_d = jnp.maximum(d, estimate).astype(dtype)
 
         def step(g, m, v, p):
-            u = -weight_decay * dlr * widen(p) - dlr * widen(m) / (jnp.sqrt(widen(v)) + new_d * eps)
+            u = -(weight_decay * dlr) * widen(p) - dlr * widen(m) / (
+                jnp.sqrt(widen(v)) + new_d * eps
+            )
             return u.astype(g.dtype)
 
         new_updates = jax.tree.map(step, updates, exp_avg, exp_avg_sq, params)

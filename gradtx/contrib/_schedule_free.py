@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 import gradtx
 
-from .._checks import alias_errors, check_in_range, check_int, check_non_negative
+from .._checks import alias_errors, check_in_range, check_int, check_non_negative, check_scalar
 from .._core import GradientTransformation, chain, forward_extra_args, require_params
 from .._numerics import safe_increment, value_at, widen
 from .._typing import ArrayLike, OptState, Params, ScalarOrSchedule
@@ -196,7 +196,8 @@ def schedule_free(
     return GradientTransformation(init, update)
 
 
-def _warmed_up(learning_rate: ScalarOrSchedule, warmup_steps: int | None) -> ScalarOrSchedule:
+def _warmed_up(learning_rate: ArrayLike, warmup_steps: int | None) -> ScalarOrSchedule:
+    check_scalar("schedule_free", "learning_rate", learning_rate)  # a warm-up would broadcast it
     if warmup_steps is None:
         return learning_rate
     return gradtx.warmup_constant_schedule(

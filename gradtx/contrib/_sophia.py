@@ -6,13 +6,20 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import gradtx
 
 from .._checks import alias_errors, check_in_range, check_int, check_positive
 from .._core import GradientTransformation, forward_extra_args, require_params
-from .._numerics import as_stored, bias_correction, safe_increment, widen, zero_count
+from .._numerics import (
+    as_stored,
+    bias_correction,
+    cond,
+    key_data,
+    safe_increment,
+    widen,
+    zero_count,
+)
 from .._typing import ArrayLike, OptState, ScalarOrSchedule, Updates
 from ..tree import assert_same_structure, map_split, size, zeros_like
 
@@ -30,19 +37,6 @@ class SophiaState(NamedTuple):
     mu: Updates  # momentum, dtype mu_dtype or the params'
     nu: Updates  # EMA of the Hessian diagonal estimates, the params' dtype
     hessian_fn_state: OptState  # the state of the Hessian diagonal estimator
-
-
-def _key_data(who: str, seed: Any) -> jax.Array:
-    """The raw key data of an integer seed or a PRNG key (typed, or legacy uint32)."""
-    if isinstance(seed, jax.Array) and jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
-        return jax.random.key_data(seed)
-    if not isinstance(seed, bool):
-        arr = seed if isinstance(seed, jax.Array) else np.asarray(seed)
-        if arr.ndim == 0 and jnp.issubdtype(arr.dtype, jnp.integer):
-            return jax.random.key_data(jax.random.key(seed))
-        if arr.dtype == jnp.uint32 and arr.ndim == 1:  # a legacy jax.random.PRNGKey(...)
-            return jnp.asarray(arr)
-    raise ValueError(f"{who}: random_seed must be an integer or a PRNG key, got {seed!r}")
 
 
 def hutchinson_estimator_diag_hessian(random_seed: Any = None) -> GradientTransformation:
@@ -69,7 +63,7 @@ def hutchinson_estimator_diag_hessian(random_seed: Any = None) -> GradientTransf
     """
     who = "hutchinson_estimator_diag_hessian"
     seed = 0 if random_seed is None else random_seed
-    key0 = _key_data(who, seed)
+    key0 = key_data(who, "random_seed", seed)
 
     def init(params):
         del params
@@ -209,7 +203,7 @@ def scale_by_sophia(
             )
             return hess_state, nu
 
-        hessian_fn_state, nu = jax.lax.cond(
+        hessian_fn_state, nu = cond(
             state.count % update_interval == 0,
             estimate,
             lambda hs, n: (hs, n),

@@ -53,44 +53,76 @@ _SOLVERS: dict[str, tuple[str, dict[str, tuple[str, Any]], dict[str, Any], str]]
     ),
     "Adam": (
         "nnabla.adam",
-        {"alpha": ("learning_rate", 1e-3), "beta1": ("b1", 0.9), "beta2": ("b2", 0.999),
-         "eps": ("eps", 1e-8)},
+        {
+            "alpha": ("learning_rate", 1e-3),
+            "beta1": ("b1", 0.9),
+            "beta2": ("b2", 0.999),
+            "eps": ("eps", 1e-8),
+        },
         {},
         "coupled",
     ),
     "Adamax": (
         "adamax",
-        {"alpha": ("learning_rate", 2e-3), "beta1": ("b1", 0.9), "beta2": ("b2", 0.999),
-         "eps": ("eps", 1e-8)},
+        {
+            "alpha": ("learning_rate", 2e-3),
+            "beta1": ("b1", 0.9),
+            "beta2": ("b2", 0.999),
+            "eps": ("eps", 1e-8),
+        },
         {},
         "coupled",
     ),
     "AdaBound": (
         "adabound",
-        {"alpha": ("learning_rate", 1e-3), "beta1": ("b1", 0.9), "beta2": ("b2", 0.999),
-         "eps": ("eps", 1e-8), "final_lr": ("final_lr", 0.1), "gamma": ("gamma", 1e-3)},
+        {
+            "alpha": ("learning_rate", 1e-3),
+            "beta1": ("b1", 0.9),
+            "beta2": ("b2", 0.999),
+            "eps": ("eps", 1e-8),
+            "final_lr": ("final_lr", 0.1),
+            "gamma": ("gamma", 1e-3),
+        },
         {},
         "coupled",
     ),
     "AMSGRAD": (
         "nnabla.amsgrad",
-        {"alpha": ("learning_rate", 1e-3), "beta1": ("b1", 0.9), "beta2": ("b2", 0.999),
-         "eps": ("eps", 1e-8), "bias_correction": ("bias_correction", False)},
+        {
+            "alpha": ("learning_rate", 1e-3),
+            "beta1": ("b1", 0.9),
+            "beta2": ("b2", 0.999),
+            "eps": ("eps", 1e-8),
+            "bias_correction": ("bias_correction", False),
+        },
         {},
         "coupled",
     ),
     "AMSBound": (
         "amsbound",
-        {"alpha": ("learning_rate", 1e-3), "beta1": ("b1", 0.9), "beta2": ("b2", 0.999),
-         "eps": ("eps", 1e-8), "final_lr": ("final_lr", 0.1), "gamma": ("gamma", 1e-3),
-         "bias_correction": ("bias_correction", False)},
+        {
+            "alpha": ("learning_rate", 1e-3),
+            "beta1": ("b1", 0.9),
+            "beta2": ("b2", 0.999),
+            "eps": ("eps", 1e-8),
+            "final_lr": ("final_lr", 0.1),
+            "gamma": ("gamma", 1e-3),
+            "bias_correction": ("bias_correction", False),
+        },
         {},
         "coupled",
     ),
     "Eve": (
         "eve",
-        {"alpha": ("learning_rate", 1e-3), "beta1": ("b1", 0.9), "beta2": ("b2", 0.999),
-         "beta3": ("b3", 0.999), "k": ("k", 0.1), "k2": ("K", 10.0), "eps": ("eps", 1e-8)},
+        {
+            "alpha": ("learning_rate", 1e-3),
+            "beta1": ("b1", 0.9),
+            "beta2": ("b2", 0.999),
+            "beta3": ("b3", 0.999),
+            "k": ("k", 0.1),
+            "k2": ("K", 10.0),
+            "eps": ("eps", 1e-8),
+        },
         {},
         "coupled",
     ),
@@ -102,46 +134,75 @@ _SOLVERS: dict[str, tuple[str, dict[str, tuple[str, Any]], dict[str, Any], str]]
     ),
     "RMSpropGraves": (
         "rmsprop_graves",
-        {"lr": ("learning_rate", 1e-4), "decay": ("decay", 0.95),
-         "momentum": ("momentum", 0.9), "eps": ("eps", 1e-4)},
+        {
+            "lr": ("learning_rate", 1e-4),
+            "decay": ("decay", 0.95),
+            "momentum": ("momentum", 0.9),
+            "eps": ("eps", 1e-4),
+        },
         {},
         "coupled",
     ),
     "AdamW": (
         "nnabla.adamw",
-        {"alpha": ("learning_rate", 1e-3), "beta1": ("b1", 0.9), "beta2": ("b2", 0.999),
-         "eps": ("eps", 1e-8), "wd": ("weight_decay", 1e-4)},
+        {
+            "alpha": ("learning_rate", 1e-3),
+            "beta1": ("b1", 0.9),
+            "beta2": ("b2", 0.999),
+            "eps": ("eps", 1e-8),
+            "wd": ("weight_decay", 1e-4),
+        },
         {},
         "weight_decay",
     ),
     "SgdW": (
         "sgdw",
-        {"lr": ("learning_rate", 1e-3), "momentum": ("momentum", 0.9),
-         "wd": ("weight_decay", 1e-4)},
+        {
+            "lr": ("learning_rate", 1e-3),
+            "momentum": ("momentum", 0.9),
+            "wd": ("weight_decay", 1e-4),
+        },
         {},
         "weight_decay",
     ),
     "Lars": (
         "nnabla.lars",
-        {"lr": ("learning_rate", 1e-3), "momentum": ("momentum", 0.9),
-         "coefficient": ("coefficient", 1e-3), "eps": ("eps", 1e-6)},
+        {
+            "lr": ("learning_rate", 1e-3),
+            "momentum": ("momentum", 0.9),
+            "coefficient": ("coefficient", 1e-3),
+            "eps": ("eps", 1e-6),
+        },
         {"weight_decay": 0.0},
         "weight_decay",
     ),
     "Lamb": (
         "nnabla.lamb",
-        {"eta": ("learning_rate", 1e-3), "beta1": ("b1", 0.9), "beta2": ("b2", 0.999),
-         "gamma_l": ("gamma_l", 0.0), "gamma_u": ("gamma_u", 10.0), "eps": ("eps", 1e-6),
-         "bias_correction": ("bias_correction", False)},
+        {
+            "eta": ("learning_rate", 1e-3),
+            "beta1": ("b1", 0.9),
+            "beta2": ("b2", 0.999),
+            "gamma_l": ("gamma_l", 0.0),
+            "gamma_u": ("gamma_u", 10.0),
+            "eps": ("eps", 1e-6),
+            "bias_correction": ("bias_correction", False),
+        },
         {"weight_decay": 0.0},
         "weight_decay",
     ),
     "AdaBelief": (
         "nnabla.adabelief",
-        {"alpha": ("learning_rate", 1e-3), "beta1": ("b1", 0.9), "beta2": ("b2", 0.999),
-         "eps": ("eps", 1e-8), "wd": ("weight_decay", 0.0), "amsgrad": ("amsgrad", False),
-         "weight_decouple": ("weight_decouple", False), "fixed_decay": ("fixed_decay", False),
-         "rectify": ("rectify", False)},
+        {
+            "alpha": ("learning_rate", 1e-3),
+            "beta1": ("b1", 0.9),
+            "beta2": ("b2", 0.999),
+            "eps": ("eps", 1e-8),
+            "wd": ("weight_decay", 0.0),
+            "amsgrad": ("amsgrad", False),
+            "weight_decouple": ("weight_decouple", False),
+            "fixed_decay": ("fixed_decay", False),
+            "rectify": ("rectify", False),
+        },
         {},
         "weight_decay",
     ),
@@ -163,13 +224,26 @@ _SCHEDULER_BLOCKS = {
     "Step": "step_scheduler_param",
 }
 _SOLVER_FIELDS = {
-    "type", "weight_decay", "lr_decay", "lr_decay_interval", "lr_scheduler_type",
-    "lr_warmup_scheduler_type", "linear_warmup_scheduler_param", *_SCHEDULER_BLOCKS.values(),
+    "type",
+    "weight_decay",
+    "lr_decay",
+    "lr_decay_interval",
+    "lr_scheduler_type",
+    "lr_warmup_scheduler_type",
+    "linear_warmup_scheduler_param",
+    *_SCHEDULER_BLOCKS.values(),
 }
 _OPTIMIZER_FIELDS = {"solver", "update_interval", "parameter_variable"}
 _LOOP_FIELDS = {
-    "name", "order", "network_name", "dataset_name", "data_variable", "generator_variable",
-    "loss_variable", "start_iter", "end_iter",
+    "name",
+    "order",
+    "network_name",
+    "dataset_name",
+    "data_variable",
+    "generator_variable",
+    "loss_variable",
+    "start_iter",
+    "end_iter",
 }
 
 
@@ -201,11 +275,15 @@ def _multipliers(entries: Any, apply: bool) -> dict[str, Any]:
             raise ConfigError("must be a mapping {variable_name, learning_rate_multiplier}", where)
         for key in entry:
             if key not in ("variable_name", "learning_rate_multiplier"):
-                raise ConfigError(f"unknown field {key!r}; the fields are variable_name, "
-                                  "learning_rate_multiplier", join(where, key))
+                raise ConfigError(
+                    f"unknown field {key!r}; the fields are variable_name, "
+                    "learning_rate_multiplier",
+                    join(where, key),
+                )
         pattern = _pattern(entry.get("variable_name"), join(where, "variable_name"))
-        mult = _number(entry.get("learning_rate_multiplier", 0.0),
-                       join(where, "learning_rate_multiplier"))
+        mult = _number(
+            entry.get("learning_rate_multiplier", 0.0), join(where, "learning_rate_multiplier")
+        )
         rules.pop(pattern, None)
         rules[pattern] = float(mult) if apply else (1.0 if mult > 0 else 0.0)
     # nnabla: a later entry overrides an earlier one for the same variable -> first match wins
@@ -213,16 +291,19 @@ def _multipliers(entries: Any, apply: bool) -> dict[str, Any]:
 
 
 def _learning_rate(solver: Mapping[str, Any], init_lr: Any, comm_size: int) -> Any:
-    kind = solver.get("lr_scheduler_type", "")
-    warm = solver.get("lr_warmup_scheduler_type", "")
+    kind = check_value("str", solver.get("lr_scheduler_type", ""), "solver.lr_scheduler_type")
+    warm = check_value(
+        "str", solver.get("lr_warmup_scheduler_type", ""), "solver.lr_warmup_scheduler_type"
+    )
     decay = check_value("number", solver.get("lr_decay", 0.0), "solver.lr_decay")
     interval = check_value("int", solver.get("lr_decay_interval", 0), "solver.lr_decay_interval")
-    for block in _SCHEDULER_BLOCKS.values():
-        if block in solver and _SCHEDULER_BLOCKS.get(kind) != block:
-            raise ConfigError(f"unused: lr_scheduler_type is {kind!r}", join("solver", block))
+    for name in _SCHEDULER_BLOCKS.values():
+        if name in solver and _SCHEDULER_BLOCKS.get(kind) != name:
+            raise ConfigError(f"unused: lr_scheduler_type is {kind!r}", join("solver", name))
     if "linear_warmup_scheduler_param" in solver and warm != "Linear":
-        raise ConfigError(f"unused: lr_warmup_scheduler_type is {warm!r}",
-                          "solver.linear_warmup_scheduler_param")
+        raise ConfigError(
+            f"unused: lr_warmup_scheduler_type is {warm!r}", "solver.linear_warmup_scheduler_param"
+        )
     if kind != "" and (decay not in (0, 0.0, 1, 1.0) or interval not in (0, 1)):
         raise ConfigError(
             f"unused: nnabla reads lr_decay / lr_decay_interval only when lr_scheduler_type is "
@@ -247,6 +328,8 @@ def _learning_rate(solver: Mapping[str, Any], init_lr: Any, comm_size: int) -> A
 def _solver(solver: Mapping[str, Any], comm_size: int) -> tuple[dict[str, Any], dict, dict]:
     """(optimizer block, weight_decay section or {}, native path -> nnabla path)."""
     kind = solver.get("type")
+    if not isinstance(kind, str | None):
+        raise ConfigError(f"must be a solver type name such as 'Adam', got {kind!r}", "solver.type")
     if kind not in _SOLVERS:
         label = "missing" if kind is None else f"unsupported solver type {kind!r}"
         raise ConfigError(
@@ -260,8 +343,10 @@ def _solver(solver: Mapping[str, Any], comm_size: int) -> tuple[dict[str, Any], 
         if key in _SOLVER_FIELDS or key == block_name:
             continue
         if isinstance(key, str) and key.endswith("_param"):
-            raise ConfigError(f"unused: the solver type is {kind!r} (its block is "
-                              f"{block_name!r})", join("solver", key))
+            raise ConfigError(
+                f"unused: the solver type is {kind!r} (its block is {block_name!r})",
+                join("solver", key),
+            )
         raise ConfigError(
             f"unsupported solver field {key!r}"
             f"{did_you_mean(str(key), [*_SOLVER_FIELDS, block_name])}",
@@ -272,7 +357,7 @@ def _solver(solver: Mapping[str, Any], comm_size: int) -> tuple[dict[str, Any], 
         raise ConfigError("must be a mapping of the solver's parameters", f"solver.{block_name}")
     block: dict[str, Any] = {"name": name}
     paths = {}
-    for key, value in given.items():
+    for key in given:
         if key not in fields:
             raise ConfigError(
                 f"{kind} has no parameter {key!r}{did_you_mean(str(key), fields)}; its "
@@ -296,6 +381,11 @@ def _solver(solver: Mapping[str, Any], comm_size: int) -> tuple[dict[str, Any], 
         block[decay_mode] = rate  # the training loop's Solver.weight_decay(rate) every step
         paths[join("optimizer", decay_mode)] = "solver.weight_decay"
     block["learning_rate"] = _learning_rate(solver, block["learning_rate"], comm_size)
+    if isinstance(block["learning_rate"], dict):
+        lr_path = paths.pop("optimizer.learning_rate")
+        for key in block["learning_rate"]:
+            paths[f"optimizer.learning_rate.{key}"] = f"solver.{key}"
+        paths["optimizer.learning_rate.init_lr"] = lr_path
     return block, section, paths
 
 
@@ -311,8 +401,11 @@ def nnabla_config(
         for key in raw:
             if key in _OPTIMIZER_FIELDS:
                 continue
-            why = (" (a training-loop setting, not an optimizer one; remove it)"
-                   if key in _LOOP_FIELDS else did_you_mean(str(key), _OPTIMIZER_FIELDS))
+            why = (
+                " (a training-loop setting, not an optimizer one; remove it)"
+                if key in _LOOP_FIELDS
+                else did_you_mean(str(key), _OPTIMIZER_FIELDS)
+            )
             raise ConfigError(f"unsupported optimizer field {key!r}{why}", str(key))
         solver = raw["solver"]
         if not isinstance(solver, Mapping):
@@ -379,9 +472,7 @@ def from_nnabla(
 
     Reference: nnabla `utils/load.py` (`_create_optimizer`), `utils/cli/train.py`.
     """
-    native, paths = nnabla_config(
-        config, comm_size=comm_size, apply_multipliers=apply_multipliers
-    )
+    native, paths = nnabla_config(config, comm_size=comm_size, apply_multipliers=apply_multipliers)
     try:
         return from_normalized(native, "nnabla")
     except ConfigError as e:

@@ -13,7 +13,6 @@ from ..transforms._linesearch_zoom import scale_by_zoom_linesearch
     renamed={
         "scale_by_lbfgs: memory_size": "memory_size",
         "scale_by_lbfgs: scale_init_precond": "scale_init_precond",
-        "scale_by_learning_rate: learning_rate": "learning_rate",
     }
 )
 def lbfgs(

@@ -31,16 +31,27 @@ _CLASSES: dict[str, tuple[str, dict[str, str]]] = {
     "sgd": ("sgd", {"momentum": "momentum", "nesterov": "nesterov"}),
     "momentum": ("sgd", {"momentum": "momentum", "use_nesterov": "nesterov"}),
     "normalizedsgd": ("normalized_sgd", {}),
-    "neuraloptimizer1": ("neural_optimizer1", {"beta1": "beta1",
-                                               "decrease_factor": "decrease_factor"}),
-    "gradvariancescaled": ("grad_variance_scaled", {"beta1": "beta1", "beta2": "beta2",
-                                                     "epsilon": "eps"}),
+    "neuraloptimizer1": (
+        "neural_optimizer1",
+        {"beta1": "beta1", "decrease_factor": "decrease_factor"},
+    ),
+    "gradvariancescaled": (
+        "grad_variance_scaled",
+        {"beta1": "beta1", "beta2": "beta2", "epsilon": "eps"},
+    ),
 }
 CLASSES = sorted(_CLASSES)
 _SUPPORTED = {
-    "optimizer", "learning_rate", "optimizer_epsilon", "momentum", "gradient_clip",
-    "gradient_clip_norm", "gradient_clip_global_norm", "gradient_noise",
-    "accum_grad_multiple_step", "gradient_nan_inf_filter",
+    "optimizer",
+    "learning_rate",
+    "optimizer_epsilon",
+    "momentum",
+    "gradient_clip",
+    "gradient_clip_norm",
+    "gradient_clip_global_norm",
+    "gradient_noise",
+    "accum_grad_multiple_step",
+    "gradient_nan_inf_filter",
 }
 _WHY = {
     "learning_rate_control": "epoch-level learning-rate control (newbob) needs the epoch scores; "
@@ -104,8 +115,11 @@ def returnn_config(config: Any) -> tuple[dict[str, Any], dict[str, str]]:
         if item == "class":
             continue
         if item in ("learning_rate", "lr"):
-            raise ConfigError("the learning rate is the config's learning_rate option "
-                              "(RETURNN rejects it here too)", where)
+            raise ConfigError(
+                "the learning rate is the config's learning_rate option "
+                "(RETURNN rejects it here too)",
+                where,
+            )
         if item == "learning_rate_multiplier":
             mult = check_value("number", value, where)
             continue
@@ -121,8 +135,9 @@ def returnn_config(config: Any) -> tuple[dict[str, Any], dict[str, str]]:
     block["learning_rate"] = lr * mult
     paths["optimizer.learning_rate"] = "learning_rate"
     if "epsilon" in kwargs and "eps" not in block:
-        block["eps"] = check_value("number", raw.get("optimizer_epsilon", 1e-16),
-                                   "optimizer_epsilon")
+        block["eps"] = check_value(
+            "number", raw.get("optimizer_epsilon", 1e-16), "optimizer_epsilon"
+        )
         paths["optimizer.eps"] = "optimizer_epsilon"
     momentum = raw.get("momentum")
     if momentum is not None:
@@ -132,8 +147,11 @@ def returnn_config(config: Any) -> tuple[dict[str, Any], dict[str, str]]:
             block["momentum"] = momentum
             paths["optimizer.momentum"] = "momentum"
     if key == "momentum" and "momentum" not in block:
-        raise ConfigError("missing: MomentumOptimizer needs a momentum (in the dict or the "
-                          "config's momentum option)", "optimizer.momentum")
+        raise ConfigError(
+            "missing: MomentumOptimizer needs a momentum (in the dict or the "
+            "config's momentum option)",
+            "optimizer.momentum",
+        )
     out: dict[str, Any] = {"optimizer": block}
     clip = {}
     for option, section_key in (

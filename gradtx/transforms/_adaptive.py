@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_in_range, check_non_negative
+from .._checks import check_float_dtype, check_in_range, check_non_negative
 from .._core import GradientTransformation
 from .._numerics import abs_sq, as_stored, safe_increment, widen, zero_count
 from .._numerics import bias_correction as _bias_correction
@@ -340,6 +340,8 @@ def scale_by_grad_variance(
     Reference: RETURNN `GradVarianceScaledOptimizer` (`returnn/tf/updater.py`).
     """
     who = "scale_by_grad_variance"
+    check_float_dtype(who, "mu_dtype", mu_dtype)
+    check_float_dtype(who, "nu_dtype", nu_dtype)
     check_in_range(who, "beta1", beta1, 0.0, 1.0, high_open=True)
     check_in_range(who, "beta2", beta2, 0.0, 1.0, high_open=True)
     check_non_negative(who, "eps", eps)

@@ -6,31 +6,16 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .._checks import check_non_negative
 from .._core import GradientTransformation, stateless
-from .._numerics import safe_increment, widen, zero_count
+from .._numerics import key_data, safe_increment, widen, zero_count
 from .._typing import ArrayLike
 
 
 class AddNoiseState(NamedTuple):
     count: jax.Array  # type: ignore[assignment]  # int32, saturating
     rng_key: jax.Array  # raw PRNG key data (uint32), as `jax.random.key_data` returns it
-
-
-def _key_data(who: str, seed: Any) -> jax.Array:
-    """The raw key data of a seed (an integer) or a PRNG key (typed, or legacy uint32)."""
-    if isinstance(seed, jax.Array) and jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
-        return jax.random.key_data(seed)
-    if isinstance(seed, bool):
-        raise ValueError(f"{who}: seed must be an integer or a PRNG key, got {seed!r}")
-    arr = seed if isinstance(seed, jax.Array) else np.asarray(seed)
-    if arr.ndim == 0 and jnp.issubdtype(arr.dtype, jnp.integer):
-        return jax.random.key_data(jax.random.key(seed))
-    if arr.dtype == jnp.uint32 and arr.ndim == 1:  # a legacy key, e.g. jax.random.PRNGKey(0)
-        return jnp.asarray(arr)
-    raise ValueError(f"{who}: seed must be an integer or a PRNG key, got {seed!r}")
 
 
 def add_noise(
@@ -67,11 +52,11 @@ def add_noise(
     if seed is not None and key is not None:
         raise ValueError(f"{who}: give either seed or key, got seed={seed!r} and key={key!r}")
     seed = key if key is not None else (0 if seed is None else seed)
-    _key_data(who, seed)  # validate now rather than at the first init
+    key_data(who, "seed", seed)  # validate now rather than at the first init
 
     def init(params):
         del params
-        return AddNoiseState(count=zero_count(), rng_key=_key_data(who, seed))
+        return AddNoiseState(count=zero_count(), rng_key=key_data(who, "seed", seed))
 
     def update(updates, state, params=None, **extra_args):
         del params, extra_args

@@ -55,7 +55,7 @@ class _Search(NamedTuple):
     value: jax.Array
     grad: Updates  # the gradient at the last try, once the search ends (with store_grad)
     decrease_error: jax.Array
-    count: jax.Array
+    count: jax.Array  # type: ignore[assignment]  # objective evaluations so far
 
 
 def scale_by_backtracking_linesearch(

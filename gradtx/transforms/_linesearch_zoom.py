@@ -65,7 +65,7 @@ class _Point(NamedTuple):
 
 
 class _Search(NamedTuple):
-    count: jax.Array  # objective evaluations so far
+    count: jax.Array  # type: ignore[assignment]  # objective evaluations so far
     trial: _Point  # the last point tried
     grad: Updates  # the gradient at `trial`
     decrease_error: jax.Array
@@ -188,6 +188,8 @@ def scale_by_zoom_linesearch(
         check_non_negative(_WHO, "approx_dec_rtol", approx_dec_rtol)
     check_non_negative(_WHO, "stepsize_precision", stepsize_precision)
     check_one_of(_WHO, "initial_guess_strategy", initial_guess_strategy, ["one", "keep"])
+    if not isinstance(verbose, bool):
+        raise ValueError(f"{_WHO}: verbose must be a bool, got {verbose!r}")
 
     def init(params):
         dtype = value_dtype(params)

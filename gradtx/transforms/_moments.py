@@ -23,11 +23,20 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_float_dtype, check_in_range, check_non_negative, concrete, expect_state
+from .. import _quantize
+from .._checks import check_in_range, check_moment_dtype, check_non_negative, concrete, expect_state
 from .._core import GradientTransformation
-from .._numerics import abs_sq, as_stored, bias_correction, safe_increment, widen, zero_count
+from .._numerics import (
+    abs_sq,
+    bias_correction,
+    read,
+    safe_increment,
+    stored,
+    widen,
+    zero_count,
+)
 from .._typing import ArrayLike, Params, Updates
-from ..tree import assert_same_structure, full_like, map_split, zeros_like
+from ..tree import assert_same_structure, full_like, map_split
 
 # A second-moment rule: (g, m_t, v_{t-1}) -> v_t, all widened except v_{t-1} (the buffer as
 # stored, so that `decay * v` rounds in the buffer's dtype as Optax's does).
@@ -56,12 +65,13 @@ class ScaleByAmsgradState(NamedTuple):
 def check_moments(
     who: str, b1: ArrayLike, b2: ArrayLike, eps: ArrayLike, mu_dtype: Any, nu_dtype: Any
 ) -> None:
-    """The shared construction-time checks: decays in [0, 1), eps >= 0, float moment dtypes."""
+    """The shared construction-time checks: decays in [0, 1), eps >= 0, float moment dtypes (or
+    `gradtx.quantized()` specs)."""
     check_in_range(who, "b1", b1, 0.0, 1.0, high_open=True)
     check_in_range(who, "b2", b2, 0.0, 1.0, high_open=True)
     check_non_negative(who, "eps", eps)
-    check_float_dtype(who, "mu_dtype", mu_dtype)
-    check_float_dtype(who, "nu_dtype", nu_dtype)
+    check_moment_dtype(who, "mu_dtype", mu_dtype)
+    check_moment_dtype(who, "nu_dtype", nu_dtype)
 
 
 def ema(decay: ArrayLike, g: Any, m: Any) -> Any:
@@ -95,6 +105,14 @@ def infinity_norm(b2: ArrayLike, eps: ArrayLike) -> SecondMoment:
     return lambda g, m, v: jnp.maximum(jnp.abs(g) + eps, b2 * v)
 
 
+def _buffers(params: Params, fill_value: ArrayLike, dtype: Any, *, signed: bool) -> Any:
+    """Moment buffers like `params`: plain arrays of `dtype`, or block-wise 8-bit ones for a
+    `gradtx.quantized()` spec (signed for first moments, unsigned for second moments)."""
+    if _quantize.is_quantized_dtype(dtype):
+        return _quantize.buffers_like(params, dtype, signed=signed, fill_value=fill_value)
+    return full_like(params, fill_value, dtype)
+
+
 def init_moments(
     params: Params,
     *,
@@ -109,10 +127,11 @@ def init_moments(
     with `amsgrad`, in a `ScaleByAmsgradState`). `state_cls` is the kind without AMSGrad, built
     with `extra_fields` besides `count`, `mu` and `nu` (Eve's scalars)."""
     count = zero_count()
-    mu = full_like(params, initial_value, mu_dtype)
-    nu = full_like(params, initial_value, nu_dtype)
+    mu = _buffers(params, initial_value, mu_dtype, signed=True)
+    nu = _buffers(params, initial_value, nu_dtype, signed=False)
     if amsgrad:
-        return ScaleByAmsgradState(count=count, mu=mu, nu=nu, nu_max=zeros_like(params, nu_dtype))
+        nu_max = _buffers(params, 0.0, nu_dtype, signed=False)
+        return ScaleByAmsgradState(count=count, mu=mu, nu=nu, nu_max=nu_max)
     return state_cls(count=count, mu=mu, nu=nu, **extra_fields)
 
 
@@ -141,20 +160,20 @@ def step_moments(
       replaced, so rules with extra fields (Eve) keep them.
     """
     expect_state(who, state, ScaleByAmsgradState if amsgrad else state_cls)
-    assert_same_structure(who, updates=updates, **{"state.mu": state.mu})
+    assert_same_structure(who, updates=updates, **{"state.mu": _quantize.as_leaves(state.mu)})
 
     def leaf(g, m, v, *v_max):
         gw = widen(g)
-        m_new = as_stored(ema(b1, gw, m), m)
-        v_new = as_stored(second(gw, m_new, v), v)
+        m_buf, m_new = stored(ema(b1, gw, read(m)), m)
+        v_buf, v_new = stored(second(gw, m_new, read(v)), v)
         if amsgrad:
             candidate = v_new if max_of is None else max_of(v_new)
-            v_eff = as_stored(jnp.maximum(widen(v_max[0]), candidate), v_max[0])
+            max_buf, v_eff = stored(jnp.maximum(widen(read(v_max[0])), candidate), v_max[0])
         else:
             v_eff = v_new
         u = leaf_step(gw, m_new, v_eff)
-        out = (u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype))
-        return (*out, v_eff.astype(v_max[0].dtype)) if amsgrad else out
+        out = (u.astype(g.dtype), m_buf, v_buf)
+        return (*out, max_buf) if amsgrad else out
 
     count = safe_increment(state.count)
     if amsgrad:

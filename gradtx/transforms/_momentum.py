@@ -7,9 +7,10 @@ from typing import Any, NamedTuple
 
 import jax
 
-from .._checks import check_float_dtype, check_in_range, check_non_negative
+from .. import _quantize
+from .._checks import check_float_dtype, check_in_range, check_moment_dtype, check_non_negative
 from .._core import GradientTransformation
-from .._numerics import as_stored, safe_increment, value_at, widen, zero_count
+from .._numerics import as_stored, read, safe_increment, stored, value_at, widen, zero_count
 from .._typing import ScalarOrSchedule, Updates
 from ..tree import assert_same_structure, map_split, zeros_like
 
@@ -36,7 +37,9 @@ def trace(
     Args:
       decay: the momentum :math:`\mu` in [0, 1], a float or a schedule `count -> mu`.
       nesterov: use Nesterov's accelerated form.
-      accumulator_dtype: dtype of the buffer (default: the parameters' dtype).
+      accumulator_dtype: dtype of the buffer (default: the parameters' dtype), or
+        `gradtx.quantized()` for block-wise 8-bit storage (signed code; the update then reads
+        the buffer as stored).
 
     Returns:
       A `GradientTransformation` with state `TraceState(count, trace)`.
@@ -45,15 +48,29 @@ def trace(
     momentum in deep learning" (2013).
     """
     check_in_range("trace", "decay", decay, 0.0, 1.0)
-    check_float_dtype("trace", "accumulator_dtype", accumulator_dtype)
+    check_moment_dtype("trace", "accumulator_dtype", accumulator_dtype)
+    quantized = _quantize.is_quantized_dtype(accumulator_dtype)
 
     def init(params):
+        if quantized:
+            buffers = _quantize.buffers_like(params, accumulator_dtype, signed=True)
+            return TraceState(count=zero_count(), trace=buffers)
         return TraceState(count=zero_count(), trace=zeros_like(params, accumulator_dtype))
 
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
-        assert_same_structure("trace", updates=updates, **{"state.trace": state.trace})
+        trace_view = _quantize.as_leaves(state.trace)
+        assert_same_structure("trace", updates=updates, **{"state.trace": trace_view})
         mu = value_at(decay, state.count)
+        if quantized:  # the update reads the new buffer as stored
+            buffers, values = map_split(
+                lambda g, t: stored(widen(g) + mu * read(t), t), 2, updates, state.trace
+            )
+            if nesterov:
+                out = jax.tree.map(lambda g, t: (g + mu * t).astype(g.dtype), updates, values)
+            else:
+                out = jax.tree.map(lambda g, t: t.astype(g.dtype), updates, values)
+            return out, TraceState(count=safe_increment(state.count), trace=buffers)
         new_trace = jax.tree.map(lambda g, t: (g + mu * t).astype(t.dtype), updates, state.trace)
         if nesterov:
             updates = jax.tree.map(lambda g, t: (g + mu * t).astype(g.dtype), updates, new_trace)

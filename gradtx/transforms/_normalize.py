@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 
 from .._checks import check_non_negative, check_scalar
-from .._core import EmptyState, GradientTransformation
+from .._core import GradientTransformation, stateless
 from .._numerics import widen
 from .._typing import ArrayLike
 from ..tree import norm
@@ -33,17 +33,11 @@ def normalize_by_update_norm(
     check_scalar("normalize_by_update_norm", "scale_factor", scale_factor)
     check_non_negative("normalize_by_update_norm", "eps", eps)
 
-    def init(params):
-        del params
-        return EmptyState()
-
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
+    def normalize(updates, params):
         divisor = (norm(updates) + eps) / scale_factor
-        updates = jax.tree.map(lambda g: (widen(g) / divisor).astype(g.dtype), updates)
-        return updates, state
+        return jax.tree.map(lambda g: (widen(g) / divisor).astype(g.dtype), updates)
 
-    return GradientTransformation(init, update)
+    return stateless(normalize)
 
 
 __all__ = ["normalize_by_update_norm"]

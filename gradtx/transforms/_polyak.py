@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .._checks import check_non_negative, check_one_of, check_scalar
-from .._core import EmptyState, GradientTransformation
+from .._core import EmptyState, GradientTransformation, monitored_value
 from .._numerics import widen
 from .._typing import ArrayLike
 from ..tree import norm
@@ -61,15 +59,10 @@ def scale_by_polyak(
         del params
         return EmptyState()
 
-    def update(updates, state, params=None, *, value: Any = None, **extra_args):
-        del params, extra_args
-        if value is None:
-            raise ValueError(
-                f"{who} needs the objective's value: call update(updates, state, params, "
-                "value=loss)"
-            )
+    def update(updates, state, params=None, **extra_args):
+        del params
         sq_norm = norm(updates, squared=True)
-        gap = (widen(value) - f_min).astype(sq_norm.dtype)
+        gap = (monitored_value(who, extra_args) - f_min).astype(sq_norm.dtype)
         if variant == "sps+":
             gap = jnp.maximum(gap, 0.0)
         denominator = sq_norm + eps

@@ -7,9 +7,17 @@ from typing import Any, Literal, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_in_range, check_non_negative, check_one_of, check_positive
+from .. import _quantize
+from .._checks import (
+    check_float_dtype,
+    check_in_range,
+    check_moment_dtype,
+    check_non_negative,
+    check_one_of,
+    check_positive,
+)
 from .._core import GradientTransformation, stateless
-from .._numerics import safe_increment, widen, zero_count
+from .._numerics import read, safe_increment, store, widen, zero_count
 from .._typing import ArrayLike, Updates
 from ..tree import assert_same_structure, map_split, zeros_like
 from ._elementwise import elementwise
@@ -65,7 +73,8 @@ def scale_by_lion(
     Args:
       b1: :math:`\beta_1` in [0, 1), weight of the momentum in the update.
       b2: :math:`\beta_2` in [0, 1), decay of the momentum.
-      mu_dtype: dtype of the momentum buffer (default: the params' dtype).
+      mu_dtype: dtype of the momentum buffer (default: the params' dtype), or
+        `gradtx.quantized()` for block-wise 8-bit storage (signed code).
       mode: "hard", "smooth" or "refined".
       smooth_beta: :math:`\beta_s` > 0, the sharpness of the "smooth" mode.
 
@@ -78,6 +87,7 @@ def scale_by_lion(
     check_in_range(who, "b1", b1, 0.0, 1.0, high_open=True)
     check_in_range(who, "b2", b2, 0.0, 1.0, high_open=True)
     check_one_of(who, "mode", mode, LION_MODES)
+    check_moment_dtype(who, "mu_dtype", mu_dtype)
     check_positive(who, "smooth_beta", smooth_beta)
 
     def squash(c):
@@ -88,16 +98,20 @@ def scale_by_lion(
         return jnp.where(jnp.abs(c) < 1.0, c, jnp.sign(c))
 
     def init(params):
+        if _quantize.is_quantized_dtype(mu_dtype):
+            return ScaleByLionState(
+                count=zero_count(), mu=_quantize.buffers_like(params, mu_dtype, signed=True)
+            )
         return ScaleByLionState(count=zero_count(), mu=zeros_like(params, mu_dtype))
 
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
-        assert_same_structure(who, updates=updates, **{"state.mu": state.mu})
+        assert_same_structure(who, updates=updates, **{"state.mu": _quantize.as_leaves(state.mu)})
 
         def leaf(g, m):
-            gw = widen(g)
-            u = squash(_ema(b1, gw, m))
-            return u.astype(g.dtype), _ema(b2, gw, m).astype(m.dtype)
+            gw, mv = widen(g), read(m)
+            u = squash(_ema(b1, gw, mv))
+            return u.astype(g.dtype), store(_ema(b2, gw, mv), m)
 
         updates, mu = map_split(leaf, 2, updates, state.mu)
         return updates, ScaleByLionState(count=safe_increment(state.count), mu=mu)
@@ -132,6 +146,7 @@ def scale_by_sign_agreement(
     Optimizer Search with Reinforcement Learning" (ICML 2017).
     """
     who = "scale_by_sign_agreement"
+    check_float_dtype(who, "mu_dtype", mu_dtype)
     check_in_range(who, "beta1", beta1, 0.0, 1.0, high_open=True)
     check_non_negative(who, "decrease_factor", decrease_factor)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .._core import EmptyState, GradientTransformation
+from .._core import GradientTransformation, stateless
 
 
 def set_to_zero() -> GradientTransformation:
@@ -20,16 +20,7 @@ def set_to_zero() -> GradientTransformation:
     Returns:
       A stateless `GradientTransformation` (state `EmptyState`).
     """
-
-    def init(params):
-        del params
-        return EmptyState()
-
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        return jax.tree.map(jnp.zeros_like, updates), state
-
-    return GradientTransformation(init, update)
+    return stateless(lambda updates, params: jax.tree.map(jnp.zeros_like, updates))
 
 
 __all__ = ["set_to_zero"]

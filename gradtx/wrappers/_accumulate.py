@@ -2,21 +2,33 @@
 
 Design and measurement. The accumulator is written first, in one fused pass per leaf that
 overwrites it on the first micro-step of a cycle and adds to it otherwise (so it never needs a
-separate reset pass); the inner update then runs in a `lax.cond` only on the k-th micro-step,
-reading the accumulator just written (the other branch passes the inner state through untouched).
-Median time per micro-step for Adam on 1,048,832 float32 parameters, k = 4, jitted with donated
-params and state, same process (2 shared CPU cores, so ratios are noisy to about +-0.1):
+separate reset pass). A `lax.cond` then runs the inner update only on the k-th micro-step. Its
+operands are the new accumulator and the inner state, and its branches return a value for each:
+the skip branch passes both through untouched (XLA writes nothing), the inner-step branch writes
+the inner state and *the inner updates into the accumulator's buffer* (the sum is no longer
+needed once it has been applied). The emitted updates are `where(emit, accumulator, 0)`, which XLA
+fuses into the caller's `apply_updates`. So every output of the step lives in a donated input
+buffer and the compiled step has no scratch array (`temp_size_in_bytes` 260 bytes on the donated
+1x16M Adam step, was 64 MB).
 
-    plain Adam step                                          1.00
-    this design                                              1.16-1.20
-    cond, accumulator reset to 0 after the k-th step         1.33-1.42
-    inner update every micro-step, `jnp.where` on the parity 1.75-2.07
-    optax.MultiSteps                                         2.1-2.9
+The previous design returned the updates from the cond, with `zeros` from the skip branch: the
+updates then need a buffer of their own, a fresh 64 MB scratch allocation per call on that tree
+(the CPU runtime maps it anew each call and the kernel zeroes its pages), filled with zeros, then
+read by `apply_updates`. Median time per micro-step, donated 1x16M tree, k = 4, same process
+(2 shared CPU cores at load ~8, so ratios are noisy to about +-0.1):
 
-Resetting the accumulator to 0 after the k-th step makes XLA copy it every micro-step (the cond
-still reads the old value while the reset writes in place); selecting with `jnp.where` makes it copy
-every inner state buffer for the same reason. On accelerators a `lax.cond` may cost a device-to-host
-read of the predicate; the benchmarks in benchmarks/ are the source of truth there.
+    plain Adam step                                              1.00
+    this design                                                  0.81
+    the cond returning the updates (zeros when skipping)         2.71
+    inner update every micro-step, `jnp.where` on the parity     1.75-2.07 (earlier run)
+    optax.MultiSteps                                             7.7
+
+A skip micro-step moves 24 bytes per parameter (read g and the accumulator, write it; read the
+params and the accumulator, write the params) against Adam's 28; the params are still read and
+written because the caller adds the (zero) updates. Where the accumulator's dtype cannot hold the
+updates exactly (a bf16 accumulator for float32 gradients), that leaf's updates come out of the
+cond separately, as before. On accelerators a `lax.cond` may cost a device-to-host read of the
+predicate; the benchmarks in benchmarks/ are the source of truth there.
 """
 
 from __future__ import annotations
@@ -58,9 +70,9 @@ def accumulate_k_steps(
     The inner state advances once per `k` micro-steps, so `k` micro-steps on gradients
     :math:`g_1..g_k` equal one step of `tx` on their mean. Extra arguments (`value=loss`) and
     `params` of the k-th micro-step are forwarded to `tx`. Works inside `chain`, under `jit`,
-    `pmap` and sharded `jit`. After an inner step `state.micro_step` is 0 again; `state.grad_sum`
-    then still holds the sum just applied, and the next micro-step overwrites it. Emitted updates
-    have the gradients' dtype.
+    `pmap` and sharded `jit`. After an inner step `state.micro_step` is 0 again and
+    `state.grad_sum` holds the updates just emitted (their buffer, see the module notes); the next
+    micro-step overwrites it. Emitted updates have the gradients' dtype.
 
     Args:
       tx: the transformation to apply every `k` micro-steps.
@@ -102,6 +114,13 @@ def accumulate_k_steps(
         grad_sum = jax.tree.map(
             lambda a, g: jnp.where(first, g, a + g).astype(a.dtype), state.grad_sum, updates
         )
+        # Leaves whose accumulator holds the updates exactly carry them in its buffer; the others
+        # (an accumulator narrower than the gradients) get a separate output.
+        g_leaves, treedef = jax.tree.flatten(updates)
+        folded = [
+            jnp.promote_types(a.dtype, g.dtype) == a.dtype
+            for a, g in zip(treedef.flatten_up_to(grad_sum), g_leaves, strict=True)
+        ]
 
         def inner_step(grad_sum, inner_state):
             grads = jax.tree.map(
@@ -109,19 +128,31 @@ def accumulate_k_steps(
             )
             with error_context(who):
                 out, inner_state = inner_update(grads, inner_state, params, **extra_args)
-            # both branches of the cond must agree on dtypes: updates keep the gradients' dtype
-            return cast_like(out, updates), inner_state
+            out = treedef.flatten_up_to(cast_like(out, updates))  # updates keep the grads' dtypes
+            sums = treedef.flatten_up_to(grad_sum)
+            carried = [
+                u.astype(a.dtype) if f else a for u, a, f in zip(out, sums, folded, strict=True)
+            ]
+            apart = [u for u, f in zip(out, folded, strict=True) if not f]
+            return treedef.unflatten(carried), apart, inner_state
 
         def skip(grad_sum, inner_state):
-            del grad_sum
-            return jax.tree.map(jnp.zeros_like, updates), inner_state
+            apart = [jnp.zeros_like(g) for g, f in zip(g_leaves, folded, strict=True) if not f]
+            return grad_sum, apart, inner_state
 
         if k == 1:  # every call is an inner step: no cond (the state layout stays the same)
-            new_updates, inner_state = inner_step(grad_sum, state.inner_state)
+            grad_sum, apart, inner_state = inner_step(grad_sum, state.inner_state)
         else:
-            new_updates, inner_state = jax.lax.cond(
+            grad_sum, apart, inner_state = jax.lax.cond(
                 emit, inner_step, skip, grad_sum, state.inner_state
             )
+        apart_iter = iter(apart)
+        new_updates = treedef.unflatten(
+            [
+                jnp.where(emit, a, 0).astype(g.dtype) if f else next(apart_iter)
+                for a, g, f in zip(treedef.flatten_up_to(grad_sum), g_leaves, folded, strict=True)
+            ]
+        )
         micro_step = jnp.where(emit, 0, state.micro_step + 1).astype(state.micro_step.dtype)
         return new_updates, AccumulateState(micro_step, grad_sum, inner_state)
 

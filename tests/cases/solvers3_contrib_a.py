@@ -40,9 +40,7 @@ CASES = [
         rosenbrock_kwargs={"base_optimizer": gradtx.adam(3e-3, b1=0.0), "learning_rate": 3e-3},
     ),
     OptCase("prodigy", contrib.prodigy, {}),
-    OptCase(
-        "dadapt_adamw", contrib.dadapt_adamw, {}, rosenbrock_kwargs={"learning_rate": 0.3}
-    ),
+    OptCase("dadapt_adamw", contrib.dadapt_adamw, {}, rosenbrock_kwargs={"learning_rate": 0.3}),
     # The parameter-free methods crawl along Rosenbrock's curved valley: more steps.
     OptCase(
         "dog",
@@ -65,7 +63,5 @@ CASES = [
         rosenbrock_kwargs={"base_optimizer": gradtx.adam(1.0), "s_init": 1e-3},
         rosenbrock_steps=30000,
     ),
-    OptCase(
-        "cocob", contrib.cocob, {}, rosenbrock_kwargs={"alpha": 10.0}, rosenbrock_steps=10000
-    ),
+    OptCase("cocob", contrib.cocob, {}, rosenbrock_kwargs={"alpha": 10.0}, rosenbrock_steps=10000),
 ]

@@ -2,7 +2,7 @@
 
 The generic tests pass `value=` but no objective, so the table holds L-BFGS without a line search
 (a plain `update(grads, state, params)`, step `learning_rate`); the line searches are tested in
-tests/transforms/test_linesearch.py and tests/optimizers/test_lbfgs.py.
+tests/transforms/test_linesearch.py and tests/transforms/test_lbfgs.py.
 """
 
 import gradtx

@@ -7,6 +7,8 @@ Learning-rate schedules start at 1 (these methods treat the learning rate as a m
 
 from __future__ import annotations
 
+import inspect
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -36,17 +38,23 @@ def _decay_mask(p):
     return jax.tree.map(lambda x: x.size > 4, p)
 
 
-def _muon_dims(p):
+def _muon_dims(p, cls=MDN):
     """Muon on the 2-D leaves and, with a batch axis, on the 3-D one; AdamW elsewhere."""
-    dims = {2: MDN(), 3: MDN(reduction_axis=1, output_axis=(2,))}
+    dims = {2: cls(), 3: cls(reduction_axis=1, output_axis=(2,))}
     return jax.tree.map(lambda x: dims.get(np.ndim(x)), p)
 
 
-# Updates that are differences of parameter-sized values (COCOB's and schedule-free's
-# x_0 + ... - x_t, y_{t+1} - y_t) carry the rounding of |params| ~ 1 (1.2e-7 absolute), and
-# Muon's Newton-Schulz matmuls round with the fusion: Optax's own eager and jitted runs differ
-# by up to 1.2e-7 (COCOB), 4.0e-7 (schedule-free) and 6.8e-7 (Muon) beyond rtol 1e-5.
-_DIFF_ATOL = 5e-7
+def _optax_dims(p):
+    return _muon_dims(p, oc.MuonDimensionNumbers)
+
+
+# Looser absolute tolerances where Optax's own eager and jitted runs differ (measured on these
+# cases, beyond rtol 1e-5): updates that are differences of parameter-sized values carry the
+# rounding of |params| (COCOB's x_0 + ... - x_t with |x| ~ 1: 1.2e-7; schedule-free's
+# y_{t+1} - y_t with |y| up to ~10 at a learning rate of 1: 1.9e-6), and Muon's Newton-Schulz
+# matmuls round with the fusion (6.8e-7).
+_COCOB_ATOL = 2.5e-7
+_SF_ATOL = 2.5e-6
 _MUON_ATOL = 1e-6
 
 CASES = [
@@ -93,40 +101,35 @@ CASES = [
         _MUON_ATOL,
     ),
     (
+        # one tree for both: ours accepts Optax's MuonDimensionNumbers too
         "muon_dimension_numbers",
-        lambda: gc.muon(_sched, muon_weight_dimension_numbers=_muon_dims(mixed_params())),
-        lambda: oc.muon(_sched, muon_weight_dimension_numbers=_muon_dims(mixed_params())),
+        lambda: gc.muon(_sched, muon_weight_dimension_numbers=_optax_dims(mixed_params())),
+        lambda: oc.muon(_sched, muon_weight_dimension_numbers=_optax_dims(mixed_params())),
         _MUON_ATOL,
     ),
     (
         "muon_dimension_numbers_fn",
         lambda: gc.muon(_sched, muon_weight_dimension_numbers=_muon_dims),
-        lambda: oc.muon(_sched, muon_weight_dimension_numbers=_muon_dims),
+        lambda: oc.muon(_sched, muon_weight_dimension_numbers=_optax_dims),
         _MUON_ATOL,
     ),
     (
         "schedule_free",
         lambda: gc.schedule_free(gradtx.adam(_warmup, b1=0.0), _warmup, b1=0.95),
         lambda: oc.schedule_free(optax.adam(_warmup, b1=0.0), _warmup, b1=0.95),
-        _DIFF_ATOL,
+        _SF_ATOL,
     ),
     (
         "schedule_free_adamw",
         lambda: gc.schedule_free_adamw(1.0, warmup_steps=10, weight_decay=1e-2),
         lambda: oc.schedule_free_adamw(1.0, warmup_steps=10, weight_decay=1e-2),
-        _DIFF_ATOL,
-    ),
-    (
-        "schedule_free_adamw_defaults",
-        lambda: gc.schedule_free_adamw(),
-        lambda: oc.schedule_free_adamw(),
-        _DIFF_ATOL,
+        _SF_ATOL,
     ),
     (
         "schedule_free_sgd",
         lambda: gc.schedule_free_sgd(warmup_steps=10, weight_decay=1e-3, weight_lr_power=1.0),
         lambda: oc.schedule_free_sgd(warmup_steps=10, weight_decay=1e-3, weight_lr_power=1.0),
-        _DIFF_ATOL,
+        _SF_ATOL,
     ),
     ("prodigy", lambda: gc.prodigy(_sched), lambda: oc.prodigy(_sched), 1e-7),
     (
@@ -188,24 +191,24 @@ CASES = [
         ),
         1e-7,
     ),
-    ("cocob", lambda: gc.cocob(_sched), lambda: oc.cocob(_sched), _DIFF_ATOL),
+    ("cocob", lambda: gc.cocob(_sched), lambda: oc.cocob(_sched), _COCOB_ATOL),
     (
         "cocob_decay",
         lambda: gc.cocob(_sched, alpha=10.0, weight_decay=1e-3, mask=_decay_mask),
         lambda: oc.cocob(_sched, alpha=10.0, weight_decay=1e-3, mask=_decay_mask),
-        _DIFF_ATOL,
+        _COCOB_ATOL,
     ),
     (
         "scale_by_cocob",
         lambda: gc.scale_by_cocob(eps=1e-6),
         lambda: oc.scale_by_cocob(eps=1e-6),
-        _DIFF_ATOL,
+        _COCOB_ATOL,
     ),
 ]
 
+# Each alias once eagerly (`schedule_free` runs eagerly inside its two aliases).
 EAGER = {
     "muon",
-    "schedule_free",
     "schedule_free_adamw",
     "schedule_free_sgd",
     "prodigy",
@@ -220,6 +223,34 @@ EAGER = {
 @pytest.mark.parametrize(("name", "ours", "ref", "atol", "jit"), with_modes(CASES, EAGER))
 def test_matches_optax(name, ours, ref, atol, jit):
     compare_to_optax(ours(), ref(), jit=jit, atol=atol, reference_key=f"{__name__}:{name}")
+
+
+SAME_SIGNATURE = [
+    (gc.muon, oc.muon),
+    (gc.scale_by_muon, oc.scale_by_muon),
+    (gc.schedule_free, oc.schedule_free),
+    (gc.schedule_free_adamw, oc.schedule_free_adamw),
+    (gc.schedule_free_sgd, oc.schedule_free_sgd),
+    (gc.schedule_free_eval_params, oc.schedule_free_eval_params),
+    (gc.prodigy, oc.prodigy),
+    (gc.dadapt_adamw, oc.dadapt_adamw),
+    (gc.dog, oc.dog),
+    (gc.dowg, oc.dowg),
+    (gc.scale_by_dog, optax_dog.scale_by_dog),
+    (gc.scale_by_dowg, optax_dog.scale_by_dowg),
+    (gc.mechanize, oc.mechanize),
+    (gc.cocob, oc.cocob),
+    (gc.scale_by_cocob, oc.scale_by_cocob),
+]
+
+
+@pytest.mark.parametrize(("ours", "ref"), SAME_SIGNATURE, ids=lambda f: f.__name__)
+def test_optax_names_argument_names_and_defaults(ours, ref):
+    def described(fn):
+        params = inspect.signature(fn).parameters.values()
+        return [(p.name, p.kind, p.default) for p in params]
+
+    assert described(ours) == described(ref)
 
 
 # --------------------------------------------------------------------------------------------
@@ -237,10 +268,12 @@ def _matrices():
 
 
 def test_scale_by_muon_matches_optax_with_dimension_numbers():
-    dims = {"w": MDN(), "tall": None, "conv": MDN(reduction_axis=(0, 1), output_axis=-1)}
+    def dims(cls):
+        return {"w": cls(), "tall": None, "conv": cls(reduction_axis=(0, 1), output_axis=-1)}
+
     compare_to_optax(
-        gc.scale_by_muon(weight_dimension_numbers=dims, beta=0.9),
-        oc.scale_by_muon(weight_dimension_numbers=dims, beta=0.9),
+        gc.scale_by_muon(weight_dimension_numbers=dims(MDN), beta=0.9),
+        oc.scale_by_muon(weight_dimension_numbers=dims(oc.MuonDimensionNumbers), beta=0.9),
         jit=True,
         params=_matrices(),
         atol=_MUON_ATOL,
@@ -274,17 +307,17 @@ def test_newton_schulz_converges_to_the_polar_factor():
     # converges to U V^T of the SVD; without momentum (beta=0) the input is the gradient itself.
     tx = gc.scale_by_muon(
         ns_coeffs=(1.5, -0.5, 0.0),
-        ns_steps=60,
+        ns_steps=12,
         beta=0.0,
         nesterov=False,
         weight_dimension_numbers={"w": MDN(), "tall": MDN(), "conv": MDN(1, 2)},
     )
     g = _matrices()
     u, _ = tx.update(g, tx.init(g))
-    np.testing.assert_allclose(u["w"], _polar(g["w"]), atol=1e-4)
-    np.testing.assert_allclose(u["tall"], _polar(g["tall"]), atol=1e-4)
+    np.testing.assert_allclose(u["w"], _polar(g["w"]), atol=1e-5)
+    np.testing.assert_allclose(u["tall"], _polar(g["tall"]), atol=1e-5)
     for b in range(2):  # axis 0 is a batch axis: each slice on its own
-        np.testing.assert_allclose(u["conv"][b], _polar(g["conv"][b]), atol=1e-4)
+        np.testing.assert_allclose(u["conv"][b], _polar(g["conv"][b]), atol=1e-5)
 
 
 def test_muon_sends_non_matrices_to_adamw():
@@ -467,7 +500,9 @@ def test_invalid_hyperparameters_raise_at_construction(make, message):
 
 
 def test_a_factory_instead_of_a_base_optimizer_is_named():
-    with pytest.raises(TypeError, match=r"schedule_free: base_optimizer .* \(did you pass a factory"):
+    with pytest.raises(
+        TypeError, match=r"schedule_free: base_optimizer .* \(did you pass a factory"
+    ):
         gc.schedule_free(gradtx.sgd, 0.1)
     with pytest.raises(TypeError, match="mechanize: base_optimizer must be a GradientTrans"):
         gc.mechanize(None)

@@ -91,6 +91,19 @@ def _compare(
         assert_trees_close(u, e, rtol, atol, msg=f"step {i}")
 
 
+# Looser absolute tolerances, only where Optax's own eager and jit runs differ by as much:
+# - madgrad: its update is x_new - x of two O(1) numbers, so a one-ulp difference in x_new
+#   (rounded differently eagerly and fused) is ~2.4e-7; Optax eager vs jit: 4.8e-7.
+# - momo with an adaptive lower bound: the bound and the step size switch on comparisons of
+#   nearly equal numbers; Optax eager vs jit differs by up to 4e-5 of a leaf's scale.
+ATOL = {
+    "madgrad": 1e-6,
+    "madgrad_wd": 1e-6,
+    "scale_by_madgrad": 1e-6,
+    "momo_schedule_wd_adaptive": 1e-6,
+    "momo_adam_schedule_wd_adaptive": 1e-6,
+}
+
 # -- the plain gradient transformations: compare_to_optax ---------------------------------------
 
 _TENTH_LR = lambda count: 0.1 * LR(count)
@@ -132,13 +145,28 @@ PLAIN = [
         lambda: gc.simplified_ademamix(SMALL_LR, 0.9, 0.99, _ALPHA, 1e-3, 1e-4, 0.1, MASK),
         lambda: oc.simplified_ademamix(SMALL_LR, 0.9, 0.99, _ALPHA, 1e-3, 1e-4, 0.1, MASK),
     ),
+    (
+        "scale_by_simplified_ademamix",
+        lambda: gc.scale_by_simplified_ademamix(0.9, 0.99, 2.0, 1e-3),
+        lambda: oc.scale_by_simplified_ademamix(0.9, 0.99, 2.0, 1e-3),
+    ),
     ("acprop", lambda: gc.acprop(LR), lambda: oc.acprop(LR)),
+    (
+        "scale_by_acprop",
+        lambda: gc.scale_by_acprop(0.8, 0.99, 1e-3, 1e-6),
+        lambda: oc.scale_by_acprop(0.8, 0.99, 1e-3, 1e-6),
+    ),
     (
         "acprop_wd",
         lambda: gc.acprop(SMALL_LR, 0.8, 0.99, 1e-3, 1e-6, 0.1, MASK),
         lambda: oc.acprop(SMALL_LR, 0.8, 0.99, 1e-3, 1e-6, 0.1, MASK),
     ),
     ("madgrad", lambda: gc.madgrad(LR), lambda: oc.madgrad(LR)),
+    (
+        "scale_by_madgrad",
+        lambda: gc.scale_by_madgrad(SMALL_LR, 0.5, 1e-4),
+        lambda: oc.scale_by_madgrad(SMALL_LR, 0.5, 1e-4),
+    ),
     (
         "madgrad_wd",
         lambda: gc.madgrad(SMALL_LR, 0.5, 1e-2, 1e-4),
@@ -152,7 +180,8 @@ PLAIN = [
     with_modes(PLAIN, eager={"adopt", "ademamix", "simplified_ademamix", "acprop", "madgrad"}),
 )
 def test_plain_against_optax(name, ours, reference, jit):
-    compare_to_optax(ours(), reference(), jit=jit, reference_key=f"{__name__}:{name}")
+    atol = ATOL.get(name, 1e-7)
+    compare_to_optax(ours(), reference(), jit=jit, atol=atol, reference_key=f"{__name__}:{name}")
 
 
 # -- galore: Optax's GaLore fails on None leaves, so the comparison tree has none --------------
@@ -171,6 +200,11 @@ def _all_axes(gn):
 
 
 GALORE = [
+    (
+        "scale_by_galore",
+        lambda: gc.scale_by_galore(2, 4, 2.0),
+        lambda: oc.scale_by_galore(2, 4, 2.0),
+    ),
     (
         "galore",
         lambda: gc.galore(LR, rank=2, update_proj_gap=7),
@@ -204,7 +238,7 @@ GALORE = [
 
 @pytest.mark.parametrize(
     ("name", "ours", "reference", "jit"),
-    with_modes(GALORE, eager={"galore"}, jit={"galore"} | {"galore_dims_wd_base"}),
+    with_modes(GALORE, eager={"galore"}),
 )
 def test_galore_against_optax(name, ours, reference, jit):
     _compare(ours(), reference(), jit=jit, params=_dense_params(),
@@ -251,7 +285,7 @@ MOMO = [
     ("name", "ours", "reference", "jit"), with_modes(MOMO, eager={"momo", "momo_adam"})
 )
 def test_momo_against_optax(name, ours, reference, jit):
-    _compare(ours(), reference(), jit=jit, extra=_VALUE)
+    _compare(ours(), reference(), jit=jit, extra=_VALUE, atol=ATOL.get(name, 1e-7))
 
 
 @pytest.mark.parametrize("factory", [gc.momo, gc.momo_adam], ids=["momo", "momo_adam"])
@@ -307,7 +341,10 @@ SOPHIA = [
 
 @pytest.mark.parametrize(("name", "ours", "reference", "jit"), with_modes(SOPHIA, eager={"sophia"}))
 def test_sophia_against_optax(name, ours, reference, jit):
-    _compare(ours(), reference(), jit=jit, extra=_OBJ)
+    # Eagerly, the Hessian-vector product (forward over reverse through the quartic loss) rounds
+    # unlike the fused one, and the learning rate of 1 carries it on: Optax's own eager and jit
+    # runs differ by up to 1.7e-4 (relative) over these steps, hence the eager tolerance.
+    _compare(ours(), reference(), jit=jit, extra=_OBJ, rtol=1e-5 if jit else 5e-4)
 
 
 def test_hutchinson_is_exact_for_a_diagonal_hessian_and_reproducible():
@@ -475,8 +512,9 @@ def test_madgrad_takes_x0_from_the_first_update_and_inits_from_shapes():
     g = grad_sequence(params, 1)[0]
     _, state = tx.update(g, abstract, params)
     assert_trees_close(gradtx.tree.get(state, "x0"), params, 0, 0)
+    primitive = gc.scale_by_madgrad(0.1)
     with pytest.raises(ValueError, match=r"^scale_by_madgrad needs the current parameters"):
-        tx.update(g, concrete, None)
+        primitive.update(g, primitive.init(params), None)
 
 
 @pytest.mark.parametrize(
@@ -522,9 +560,13 @@ SIGNATURES = [
 @pytest.mark.parametrize(("ours", "theirs"), SIGNATURES, ids=[s[0].__name__ for s in SIGNATURES])
 def test_signature_matches_optax(ours, theirs):
     """Optax's parameter names, order, kinds and defaults. Callable defaults are compared by
-    behaviour elsewhere; Sophia's `hessian_diagonal_fn=None` means Optax's default estimator."""
-    mine = list(inspect.signature(ours).parameters.values())
+    behaviour elsewhere; Sophia's `hessian_diagonal_fn=None` means Optax's default estimator.
+    Ours may add keyword-only options after Optax's."""
     ref = list(inspect.signature(theirs).parameters.values())
+    mine = list(inspect.signature(ours).parameters.values())
+    extras = mine[len(ref) :]  # keyword-only additions, e.g. acprop's nu_dtype
+    assert all(p.kind is p.KEYWORD_ONLY and p.default is None for p in extras), extras
+    mine = mine[: len(ref)]
     assert [(p.name, p.kind) for p in mine] == [(p.name, p.kind) for p in ref]
     for p, q in zip(mine, ref, strict=True):
         if callable(q.default) or isinstance(q.default, optax.GradientTransformation):
@@ -579,3 +621,19 @@ def test_galore_rejects_bad_dimension_numbers_at_init():
     vector = gc.galore(0.1, weight_dimension_numbers={"w": gc.GaLoreDimensionNumbers(0, 1)})
     with pytest.raises(ValueError, match="scale_by_galore: GaLore projects leaves of rank"):
         vector.init({"w": jnp.ones(3)})
+
+
+def test_acprop_keeps_a_float32_second_moment_for_float16_params():
+    # A float16 second moment underflows to 0 for small gradients; ACProp divides the next
+    # gradient by it (plus eps=1e-16), which overflowed float16 to inf before.
+    params = {"w": jnp.zeros(4, jnp.float16)}
+    tiny = {"w": jnp.asarray([1e-4, -1e-4, 2e-4, 3e-4], jnp.float16)}
+    tx = gc.acprop(0.1)
+    state = tx.init(params)
+    assert gradtx.tree.get(state, "nu")["w"].dtype == jnp.float32
+    for g in (tiny, tiny, jax.tree.map(lambda x: 2 * x, tiny)):
+        updates, state = tx.update(g, state, params)
+        assert updates["w"].dtype == jnp.float16
+        assert bool(jnp.all(jnp.isfinite(updates["w"])))
+    explicit = gc.scale_by_acprop(nu_dtype=jnp.float16).init(params)
+    assert explicit.nu["w"].dtype == jnp.float16

@@ -93,8 +93,8 @@ def test_noise_keeps_low_precision_dtypes():
         (lambda: gradtx.add_noise(-0.1, 0.55), "add_noise: eta must be >= 0, got -0.1"),
         (lambda: gradtx.add_noise(0.1, -1), "add_noise: gamma must be >= 0, got -1"),
         (lambda: gradtx.add_noise(0.1, 0.5, 1, key=2), "add_noise: give either seed or key"),
-        (lambda: gradtx.add_noise(0.1, 0.5, 1.5), "add_noise: seed must be an integer or"),
-        (lambda: gradtx.add_noise(0.1, 0.5, True), "add_noise: seed must be an integer or"),
+        (lambda: gradtx.add_noise(0.1, 0.5, 1.5), "add_noise: seed must be an integer seed or"),
+        (lambda: gradtx.add_noise(0.1, 0.5, True), "add_noise: seed must be an integer seed or"),
     ],
 )
 def test_invalid_arguments_raise(make, message):

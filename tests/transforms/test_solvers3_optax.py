@@ -8,7 +8,6 @@ from __future__ import annotations
 import inspect
 import warnings
 
-import jax
 import jax.numpy as jnp
 import optax
 import pytest
@@ -105,12 +104,6 @@ MATCHES_OPTAX = [
         "noisy_sgd_schedule",
         lambda: gradtx.noisy_sgd(LR, eta=0.1, key=3),
         lambda: optax.noisy_sgd(LR, eta=0.1, key=3),
-        None,
-    ),
-    (
-        "noisy_sgd_typed_key",
-        lambda: gradtx.noisy_sgd(0.1, gamma=0.9, key=jax.random.key(7)),
-        lambda: optax.noisy_sgd(0.1, gamma=0.9, key=jax.random.key(7)),
         None,
     ),
     ("signum_schedule", lambda: gradtx.signum(LR), lambda: optax.signum(LR), None),

@@ -127,12 +127,14 @@ def test_static_arguments_are_inferred():
     state = tx.init({"w": jnp.ones(2)})
     assert list(state.hyperparams) == ["slow_step_size"]
     assert state.hyperparams["slow_step_size"].dtype == jnp.float32
-    # arrays are injected (as float32, keeping their shape)
-    tx = gradtx.inject_hyperparams(gradtx.scale)(np.array([1.0, 2.0]))
+    # scalar arrays are injected (as float32); hyperparameters are never arrays of values
+    tx = gradtx.inject_hyperparams(gradtx.scale)(np.array(2.0))
     state = tx.init(jnp.ones(2))
     assert state.hyperparams["step_size"].dtype == jnp.float32
-    assert state.hyperparams["step_size"].shape == (2,)
-    np.testing.assert_array_equal(tx.update(jnp.ones(2), state)[0], [1.0, 2.0])
+    assert state.hyperparams["step_size"].shape == ()
+    np.testing.assert_array_equal(tx.update(jnp.ones(2), state)[0], [2.0, 2.0])
+    with pytest.raises(ValueError, match=r"scale: step_size must be a scalar"):
+        gradtx.inject_hyperparams(gradtx.scale)(np.array([1.0, 2.0])).init(jnp.ones(2))
 
 
 def test_static_args_override_and_errors():

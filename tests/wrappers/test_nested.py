@@ -30,7 +30,9 @@ def _flat(tree):
 
 def _alone(tx, grads, paths):
     ups, _, _ = run(
-        tx, {p: jnp.zeros_like(grads[0][p]) for p in paths}, [{p: g[p] for p in paths} for g in grads]
+        tx,
+        {p: jnp.zeros_like(grads[0][p]) for p in paths},
+        [{p: g[p] for p in paths} for g in grads],
     )
     return ups
 

@@ -184,7 +184,7 @@ def test_conditional_state_counts_calls_and_keeps_inner_state():
     tx = gradtx.conditionally_mask(gradtx.adam(0.1), lambda step: step % 2 == 1)
     updates, state, _ = run(tx, params, grad_sequence(params, 5))
     assert int(state.step) == 5
-    assert int(gradtx.tree.get(state.inner_state, "count")) == 2
+    assert int(gradtx.tree.get(state.inner_state, "0/count")) == 2
     zeros = jax.tree.map(jnp.zeros_like, params)
     assert_trees_close(updates[0], zeros, 0, 0)
 
@@ -253,8 +253,9 @@ def test_skip_functions_drive_multisteps_like_optax(name, ours, theirs):
     assert_trees_close(got_params, want_params, 1e-5, 1e-6)
     assert jax.tree.structure(got_state.skip_state) == jax.tree.structure(want_state.skip_state)
     assert_trees_close(got_state.skip_state, want_state.skip_state, 1e-5, 0)
+    should_skip = jax.jit(lambda g: ours(g, 0, None)[0])
     for g in grads:
-        skipped += bool(ours(g, 0, None)[0])
+        skipped += bool(should_skip(g))
     assert 0 < skipped < STEPS
 
 
@@ -306,7 +307,11 @@ PARTITIONS = [
     with_modes(PARTITIONS, eager={"tree", "prefix"}, jit={"callable", "unused_label"}),
 )
 def test_partition_matches_optax(name, make, use_jit):
-    compare_to_optax(make(gradtx), make(optax), jit=use_jit, reference_key=f"{__name__}:p-{name}")
+    # atol 1e-6: heavy-ball sums of O(1) terms cancel to ~1e-3 in places, where float32 rounding
+    # (eager against a fused jitted step) leaves ~1e-7 absolute; rtol stays 1e-5
+    compare_to_optax(
+        make(gradtx), make(optax), jit=use_jit, atol=1e-6, reference_key=f"{__name__}:p-{name}"
+    )
 
 
 def test_partition_label_dict_is_a_tree_not_patterns():
@@ -529,3 +534,31 @@ def test_invalid_arguments_raise_with_name_and_value(name, build, error, message
     with pytest.raises(error) as info:
         build()
     assert str(info.value).startswith(message), str(info.value)
+
+
+# --------------------------------------------------------------------------------------------
+# house rules: bf16 in -> bf16 out, state dtypes stable, init from shapes alone
+# --------------------------------------------------------------------------------------------
+
+HOUSE = [
+    ("ema", lambda: gradtx.ema(0.9)),
+    ("apply_every", lambda: gradtx.apply_every(2)),
+    ("conditionally_transform", lambda: gradtx.conditionally_transform(_adam(gradtx), _cond)),
+    ("conditionally_mask", lambda: gradtx.conditionally_mask(_momentum(gradtx), _cond)),
+    ("partition", lambda: _partition(gradtx, _label_tree)),
+]
+
+
+@pytest.mark.parametrize(("name", "make"), HOUSE, ids=[h[0] for h in HOUSE])
+def test_bf16_updates_stable_state_and_abstract_init(name, make):
+    params = mixed_params(dtype=jnp.bfloat16)
+    tx = make()
+    state = tx.init(params)
+    shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
+    abstract = tx.init(shapes)
+    assert jax.tree.structure(abstract) == jax.tree.structure(state)
+    assert jax.tree.map(lambda x: x.dtype, abstract) == jax.tree.map(lambda x: x.dtype, state)
+    updates, new_state, _ = run(tx, params, grad_sequence(params, 3))
+    assert {x.dtype for u in updates for x in jax.tree.leaves(u)} == {jnp.dtype(jnp.bfloat16)}
+    assert jax.tree.structure(new_state) == jax.tree.structure(state)
+    assert jax.tree.map(lambda x: x.dtype, new_state) == jax.tree.map(lambda x: x.dtype, state)

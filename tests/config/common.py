@@ -1,0 +1,66 @@
+"""Shared helpers of the config tests: small params, a quadratic loss, 50-step runs in one jit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+STEPS = 50
+
+
+def small_params() -> dict[str, Any]:
+    """A matrix (for the matrix-shaped solvers: muon, galore) and a vector."""
+    rng = np.random.default_rng(0)
+    return {
+        "dense": {
+            "kernel": jnp.asarray(rng.normal(size=(3, 4)), jnp.float32),
+            "bias": jnp.asarray(rng.normal(size=(4,)), jnp.float32),
+        },
+    }
+
+
+def loss_fn(params: Any) -> jax.Array:
+    """A quadratic with different curvature per leaf and a linear term."""
+    leaves = jax.tree.leaves(params)
+    total = jnp.asarray(0.0, jnp.float32)
+    for i, x in enumerate(leaves):
+        total = total + 0.5 * (i + 1.0) * jnp.sum(x * x) + 0.1 * jnp.sum(x)
+    return total
+
+
+def run_pair(
+    tx_a: Any,
+    tx_b: Any,
+    params: Any,
+    *,
+    steps: int = STEPS,
+    extra: Any = None,
+    batch_axis: bool = False,
+) -> tuple[Any, Any]:
+    """Run both transformations on the same loss for `steps` steps inside one `jax.jit`.
+
+    Each follows its own trajectory (params updated by its own updates); returns the stacked
+    updates of each, shape [steps, ...] per leaf.
+    """
+    extra = dict(extra or {})
+
+    def trajectory(tx):
+        def body(carry, _):
+            p, s = carry
+            value, grads = jax.value_and_grad(loss_fn)(p)
+            if batch_axis:  # per-example gradients: a batch of one
+                grads = jax.tree.map(lambda g: g[None], grads)
+            kwargs = {"value": value, **extra}
+            if "obj_fn" in kwargs:
+                kwargs["obj_fn"] = loss_fn
+            u, s = tx.update(grads, s, p, **kwargs)
+            p = jax.tree.map(lambda a, b: a + b, p, u)
+            return (p, s), u
+
+        _, us = jax.lax.scan(body, (params, tx.init(params)), None, length=steps)
+        return us
+
+    return jax.jit(lambda: (trajectory(tx_a), trajectory(tx_b)))()
