@@ -73,13 +73,15 @@ def step_table(quick: bool, log: Callable[[str], None]) -> list[dict[str, Any]]:
                     "state_bytes_per_param": c.state_bytes / tree.size,
                     "peak_bytes": c.peak_bytes,
                     "temp_bytes": c.temp_bytes,
+                    "build_s": c.trace_s + c.lower_s + c.compile_s,
                 }
                 rows.append(row)
                 r = row["ratio"]
                 log(
                     f"  {tree.name:8s} {'donated' if donate else 'undonated':9s} {v:7s} "
                     f"{row['ms']:8.2f} ms  x{r['median']:.2f} [{r['q1']:.2f}, {r['q3']:.2f}]  "
-                    f"{row['state_bytes_per_param']:.3f} B/param  peak {c.peak_bytes}"
+                    f"{row['state_bytes_per_param']:.3f} B/param  peak {c.peak_bytes}  "
+                    f"build {row['build_s']:.1f} s"
                 )
             del runners, compiled
             gc.collect()
@@ -300,8 +302,8 @@ def quality_table(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
 
 def markdown(step_rows: list[dict[str, Any]], quality: dict[str, Any]) -> str:
     lines = [
-        "| tree | step | variant | ms | time / float32 Adam | state B/param | peak MB |",
-        "|---|---|---|---:|---:|---:|---:|",
+        "| tree | step | variant | ms | time / float32 Adam | state B/param | peak MB | build s |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
     ]
     for r in step_rows:
         q = r["ratio"]
@@ -309,7 +311,7 @@ def markdown(step_rows: list[dict[str, Any]], quality: dict[str, Any]) -> str:
         lines.append(
             f"| {r['tree']} | {'donated' if r['donated'] else 'undonated'} | {r['variant']} | "
             f"{r['ms']:.1f} | {q['median']:.2f} ({q['q1']:.2f}-{q['q3']:.2f}) | "
-            f"{r['state_bytes_per_param']:.3f} | {peak} |"
+            f"{r['state_bytes_per_param']:.3f} | {peak} | {r['build_s']:.1f} |"
         )
     lines += [
         "",

@@ -116,16 +116,19 @@ def quantized(
 
     Use it where a moment dtype is accepted: `adam(lr, mu_dtype=quantized(),
     nu_dtype=quantized())`, `lion(lr, mu_dtype=quantized())`, `sgd(lr, momentum=0.9,
-    accumulator_dtype=quantized())`, and every rule of the moment engine (adamax, amsgrad, yogi,
-    radam, adabelief, lamb, ...). A parameter leaf with at least `min_size` real floating-point
-    values gets a `QuantizedArray`: an 8-bit code per value (`int8` for first moments, `uint8`
-    for second moments) and a float32 scale (the largest finite magnitude) per block of
-    `block_size` values, :math:`\hat x = T[c]\,A_b`, with the dynamic (non-linear) code table
-    :math:`T` of Dettmers et al. (see `gradtx/_quantize.py`). Smaller leaves stay float32. The
-    rules compute in float32 and read the moments as stored, so the state alone determines the
-    next update. The codes and scales are ordinary arrays in the state, so checkpoints store them
-    bit-exactly and sharding splits them along the blocks. A NaN or an infinity in a moment
-    decodes to NaN (it stays visible to `apply_if_finite`); finite values stay finite.
+    accumulator_dtype=quantized())`, and every rule of the moment engine (adamw, adamax, amsgrad,
+    yogi, radam, adabelief, eve, `bound_lr`, and `scale_by_adam` inside a LAMB chain). A parameter
+    leaf with at least `min_size` real floating-point values gets a `QuantizedArray`: an 8-bit
+    code per value (`int8` for first moments, `uint8` for second moments, which stores
+    :math:`\sqrt v`) and a float32 scale (the largest finite magnitude) per block of about
+    `block_size` values (along the last axis when it has a divisor in [block_size / 2,
+    block_size], else consecutive values), :math:`\hat x = T[c]\,A_b`, with the dynamic
+    (non-linear) code table :math:`T` of Dettmers et al. (see `gradtx/_quantize.py`). Smaller
+    leaves stay float32. The rules compute in float32 and read the moments as stored, so the
+    state alone determines the next update. The codes and scales are ordinary arrays in the
+    state, so checkpoints store them bit-exactly; the codes keep the parameter's shape, so
+    `state_sharding` gives them its spec. A NaN or an infinity in a moment decodes to NaN (it
+    stays visible downstream); finite values stay finite.
 
     About 2 bytes per parameter for Adam's two moments (2.004 on a 16M-value leaf at the default
     block size), against 8 in float32 and 4 in bfloat16. A plain integer dtype
@@ -135,7 +138,8 @@ def quantized(
       block_size: values per block, an int >= 16 (default 2048, the paper's).
       min_size: leaves with fewer values stay float32, an int >= 0 (default 4096).
       signed: force the signed (True) or unsigned (False) code; None picks by role (first
-        moments signed, non-negative second moments unsigned).
+        moments signed, non-negative second moments unsigned). The unsigned code clips
+        negative values to 0.
 
     Returns:
       A `QuantizedDtype` spec.
@@ -214,44 +218,6 @@ def _magnitudes(signed: bool) -> np.ndarray:
     """The non-negative table entries in increasing order: signed 0..127 (code = sign * index),
     unsigned 0..254 (code = index)."""
     return SIGNED_TABLE[127:] if signed else UNSIGNED_TABLE
-
-
-def _decades(signed: bool) -> list[tuple[int, int, int]]:
-    """`(decade d, entries n, index of its first entry)` of a code's magnitudes, increasing."""
-    if signed:  # 2^d entries in decade d = 1..6, from index 2^d - 1
-        return [(d, 2**d, 2**d - 1) for d in range(1, 7)]
-    # one entry in decade 0 (index 1), 2^(d+1) in decade d = 1..6 from index 2^(d+1) - 2
-    return [(0, 1, 1)] + [(d, 2 ** (d + 1), 2 ** (d + 1) - 2) for d in range(1, 7)]
-
-
-def _pick(conditions: list[jax.Array], values: list[float]) -> Any:
-    """`values[i]` for the last true `conditions[i-1]` (`values[0]` when none is): a chain of
-    selects, for the exact path only (selects are slow on XLA:CPU, see `_magnitude_of`)."""
-    out: Any = jnp.float32(values[0])
-    for c, v in zip(conditions, values[1:], strict=True):
-        out = jnp.where(c, jnp.float32(v), out)
-    return out
-
-
-def _nearest_index(y: jax.Array, signed: bool) -> jax.Array:
-    """Index of the magnitude nearest to `y` in [0, 1], elementwise with compares and selects.
-
-    The decade :math:`d` comes from comparisons with the powers of ten, the entry within it from
-    the linear fraction; at a decade's ends one comparison with the midpoint to the neighbouring
-    entry (the next decade's, 0 or 1) settles it."""
-    mags = _magnitudes(signed).astype(np.float64)
-    dec = _decades(signed)
-    inside = [y >= np.float32(10.0 ** (d - 7)) for d, _, _ in dec[1:]]
-    below_mid = [(mags[s - 1] + mags[s]) / 2.0 for _, _, s in dec]
-    above_mid = [(mags[s + n - 1] + mags[s + n]) / 2.0 for _, n, s in dec]
-    n = _pick(inside, [n for _, n, _ in dec])
-    start = _pick(inside, [s for _, _, s in dec])
-    t = y * _pick(inside, [10.0 ** (6 - d) for d, _, _ in dec])  # in [0.1, 1) inside decade d
-    j = jnp.clip(jnp.round((t - 0.1) * (n * np.float32(1 / 0.9)) - 0.5), 0.0, n - 1.0)
-    k = start + j
-    k = jnp.where((j == 0) & (y < _pick(inside, below_mid)), k - 1, k)
-    k = jnp.where((j == n - 1) & (y > _pick(inside, above_mid)), k + 1, k)
-    return k.astype(jnp.int32)
 
 
 def _magnitude_of(k: jax.Array, signed: bool) -> jax.Array:
@@ -378,17 +344,13 @@ def _halving_max(m: jax.Array) -> jax.Array:
     return m[:, 0]
 
 
-def _codes(y: jax.Array, signed: bool) -> jax.Array:
-    """The codes of `y` = value / scale (exact path: compares and selects, NaN code for
-    non-finite values)."""
-    finite = jnp.isfinite(y)
-    mag = jnp.where(finite, jnp.minimum(jnp.abs(y), 1.0), 0.0)
-    k = _nearest_index(mag, signed)
+def _fast_codes(y: jax.Array, signed: bool) -> jax.Array:
+    """The codes of finite `y` = value / scale in [-1, 1] (up to rounding), arithmetic only."""
+    k = _nearest_fast(jnp.minimum(jnp.abs(y), 1.0), signed)
     if signed:
-        code = jnp.where(y < 0, -k, k)
-        return jnp.where(finite, code, SIGNED_NAN_CODE).astype(jnp.int8)
-    k = jnp.where(mag > 0, jnp.maximum(k, 1), k)
-    return jnp.where(finite, k, UNSIGNED_NAN_CODE).astype(jnp.uint8)
+        return (k * jnp.sign(y)).astype(jnp.int8)
+    # a positive second moment never rounds to 0: the update divides by its root
+    return jnp.maximum(k, jnp.sign(y)).astype(jnp.uint8)
 
 
 def encode(x: Any, *, block_size: int, signed: bool) -> QuantizedArray:
@@ -413,18 +375,18 @@ def encode(x: Any, *, block_size: int, signed: bool) -> QuantizedArray:
         return code_fn(y)
 
     def fast(_):
+        return codes_with(raw, lambda y: _fast_codes(y, signed)), raw
+
+    def exact(_):  # the same codes for the finite values, the NaN code for the others
+        finite = jnp.isfinite(x)
+        scale = _block_absmax(jnp.where(finite, x, 0.0), block_size)
+        nan_code = SIGNED_NAN_CODE if signed else UNSIGNED_NAN_CODE
+
         def code(y):
-            k = _nearest_fast(jnp.minimum(jnp.abs(y), 1.0), signed)
-            if signed:
-                return (k * jnp.sign(y)).astype(jnp.int8)
-            # a positive second moment never rounds to 0: the update divides by its root
-            return jnp.maximum(k, jnp.sign(y)).astype(jnp.uint8)
+            codes = _fast_codes(jnp.where(finite, y, 0.0), signed)
+            return jnp.where(finite, codes, jnp.asarray(nan_code, codes.dtype))
 
-        return codes_with(raw, code), raw
-
-    def exact(_):
-        scale = _block_absmax(jnp.where(jnp.isfinite(x), x, 0.0), block_size)
-        return codes_with(scale, lambda y: _codes(y, signed)), scale
+        return codes_with(scale, code), scale
 
     finite = jnp.isfinite(jnp.sum(raw))
     codes, scale = jax.lax.cond(finite, fast, exact, None)

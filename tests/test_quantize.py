@@ -138,13 +138,12 @@ def test_encoding_a_decoded_buffer_gives_the_same_codes(codec, signed):
 
 
 def test_every_code_decodes_to_its_table_entry():
-    # the arithmetic decoder (exp-based powers of ten) is the table to 1e-6, and both nearest-
-    # entry searches (the fast arithmetic one, the exact one for non-finite leaves) invert it
+    # the arithmetic decoder (exp-based powers of ten) is the table to 1e-6, and the
+    # arithmetic nearest-entry search inverts it
     for signed in (True, False):
         k = jnp.arange(Q._magnitudes(signed).size)
         got = np.asarray(Q._magnitude_of(k.astype(jnp.float32), signed))
         np.testing.assert_allclose(got, Q._magnitudes(signed), rtol=1e-6)
-        assert np.array_equal(np.asarray(Q._nearest_index(jnp.asarray(got), signed)), np.asarray(k))
         fast = np.asarray(Q._nearest_fast(jnp.asarray(got), signed)).astype(int)
         assert np.array_equal(fast, np.asarray(k))
 
@@ -162,7 +161,7 @@ def test_fast_and_exact_paths_give_the_same_codes(codec):
         n = v.size
         same = np.asarray(exact.codes) == np.asarray(fast.codes)
         np.testing.assert_array_equal(np.asarray(exact.scale)[:-1], np.asarray(fast.scale)[:-1])
-        assert same[: n - n % BLOCK].mean() > 0.999, same.mean()  # ties at midpoints may differ
+        assert same[: n - n % BLOCK].all()  # the exact path codes finite values the same way
 
 
 @pytest.mark.parametrize(

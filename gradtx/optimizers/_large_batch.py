@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .._checks import alias_errors, check_in_range, check_non_negative, check_positive
 from .._core import GradientTransformation, chain
 from .._masking import MaskOrFn
@@ -22,6 +24,9 @@ def lamb(
     eps_root: ArrayLike = 0.0,
     weight_decay: ScalarOrSchedule = 0.0,
     mask: MaskOrFn | None = None,
+    *,
+    mu_dtype: Any = None,
+    nu_dtype: Any = None,
 ) -> GradientTransformation:
     r"""LAMB: Adam with decoupled weight decay, rescaled per layer by a trust ratio.
 
@@ -46,6 +51,9 @@ def lamb(
       weight_decay: :math:`\lambda` >= 0, a float or a schedule.
       mask: which parameters decay: a boolean tree, a callable or glob pattern(s) such as
         `"!**/bias"`; None decays all.
+      mu_dtype: dtype of the first moment (default: the params'; `gradtx.quantized()` for
+        8-bit block-wise storage).
+      nu_dtype: dtype of the second moment (likewise).
 
     Returns:
       A `GradientTransformation`.
@@ -70,7 +78,7 @@ def lamb(
     check_non_negative(who, "eps_root", eps_root)
     check_non_negative(who, "weight_decay", weight_decay)
     return chain(
-        scale_by_adam(b1, b2, eps, eps_root),
+        scale_by_adam(b1, b2, eps, eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype),
         weight_decay_tx(weight_decay, mask),
         scale_by_trust_ratio(),
         scale_by_learning_rate(learning_rate),
