@@ -9,18 +9,18 @@ STAMP_TEST  := $(VENV)/.stamp-test
 STAMP_DEMO  := $(VENV)/.stamp-demo
 PYTEST_ARGS ?= -n 2
 
-.PHONY: test demo bench lint typecheck pytest format clean
+.PHONY: test demo bench docs lint typecheck pytest format clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 
 $(STAMP_TEST): $(PY) pyproject.toml constraints.txt
-	$(PIP) -e '.[test,all]'
+	$(PIP) -e '.[test,all,docs]'
 	touch $@
 
 $(STAMP_DEMO): $(PY) pyproject.toml constraints.txt
-	$(PIP) -e '.[plot]'
+	$(PIP) -e '.[demo]'
 	touch $@
 
 test: $(STAMP_TEST)
@@ -46,5 +46,9 @@ demo: $(STAMP_DEMO)
 bench: $(STAMP_TEST)
 	$(PY) -m benchmarks
 
+# The documentation site (mkdocs.yml), warnings as errors, into site/.
+docs: $(STAMP_TEST)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build site *.egg-info

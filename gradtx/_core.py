@@ -135,7 +135,15 @@ def chain(*transformations: GradientTransformation) -> GradientTransformation:
     Returns:
       A `GradientTransformation` whose state is the tuple of the inner states.
 
-    Example: `chain(clip_by_global_norm(1.0), scale_by_adam(), scale_by_learning_rate(1e-3))`.
+    Examples:
+      >>> import jax.numpy as jnp, gradtx
+      >>> tx = gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.scale_by_learning_rate(0.1))
+      >>> state = tx.init({"w": jnp.zeros(2)})
+      >>> updates, state = tx.update({"w": jnp.array([3.0, 4.0])}, state)
+      >>> updates["w"].round(4)  # clipped to norm 1, then times -0.1
+      Array([-0.06, -0.08], dtype=float32)
+      >>> len(state)  # one state per link
+      2
     """
     txs = [_as_transformation(tx, "chain", f"argument {i}") for i, tx in enumerate(transformations)]
     update_fns = [forward_extra_args(tx.update) for tx in txs]
@@ -229,6 +237,12 @@ def apply_updates(params: Params, updates: Updates) -> Params:
 
     Returns:
       The new parameters; a `ValueError` names the first differing path if the trees differ.
+
+    Examples:
+      >>> import jax.numpy as jnp, gradtx
+      >>> params = {"w": jnp.array([1.0, 2.0], dtype=jnp.bfloat16), "frozen": None}
+      >>> gradtx.apply_updates(params, {"w": jnp.array([0.5, -0.5]), "frozen": None})
+      {'frozen': None, 'w': Array([1.5, 1.5], dtype=bfloat16)}
     """
     assert_same_structure("apply_updates", params=params, updates=updates)
     return jax.tree_util.tree_map_with_path(

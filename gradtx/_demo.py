@@ -1,14 +1,22 @@
-"""The demo job: train a small MLP on a generated classification task with gradtx.
+"""The demo job: several optimizers from a config file, trained side by side on generated spirals.
 
-`python -m gradtx demo` (what `make demo` runs) prints the loss falling and, when matplotlib is
-installed, writes the training curves and the learned decision regions to `demo_out/`.
+`python -m gradtx demo` (what `make demo` runs) builds each optimizer of a config file (by default
+the package's `demo.yaml`: SGD with Nesterov momentum, Adam, AdamW with warm-up + cosine,
+AdaBound and Eve) with `gradtx.from_config`, trains the same MLP from the same initial
+parameters on the same batches with each, shows a progress bar per run, prints a results table
+(final training loss, test accuracy, steps per second) and writes `results.md`, `results.json` and
+`demo.png` (loss curves, accuracy, learning-rate schedules, the best run's decision regions) to
+`--out`.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
+import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +26,23 @@ import numpy as np
 
 import gradtx
 
+from .config._errors import ConfigError
+from .config._load import read as read_config
 
-def spirals(n_per_class: int = 300, classes: int = 3, noise: float = 0.3, seed: int = 0):
-    """Interleaved 2-D spirals, one per class: (x float32[N, 2], y int32[N])."""
+DEFAULT_CONFIG = Path(__file__).with_name("demo.yaml")
+TRAIN_DEFAULTS: dict[str, Any] = {"steps": 3000, "batch_size": 128, "hidden": [64, 64], "seed": 0}
+
+
+def spirals(
+    n_per_class: int = 400, classes: int = 4, turn: float = 7.0, noise: float = 0.3, seed: int = 0
+):
+    """Interleaved 2-D spirals, one per class, each turning `turn` radians with angular noise:
+    (x float32[N, 2], y int32[N])."""
     rng = np.random.default_rng(seed)
     xs, ys = [], []
     for c in range(classes):
         r = np.linspace(0.05, 1.0, n_per_class)
-        theta = np.linspace(c * 2 * np.pi / classes, c * 2 * np.pi / classes + 5.0, n_per_class)
+        theta = np.linspace(c * 2 * np.pi / classes, c * 2 * np.pi / classes + turn, n_per_class)
         theta = theta + noise * rng.normal(size=n_per_class)
         xs.append(np.stack([r * np.sin(theta), r * np.cos(theta)], axis=1))
         ys.append(np.full(n_per_class, c))
@@ -59,108 +76,292 @@ def loss_fn(params: dict[str, Any], x: jax.Array, y: jax.Array) -> jax.Array:
     return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
 
 
-def make_schedule(steps: int):
-    """Linear warm-up over the first 5% of the steps, then cosine decay to 1e-4."""
-    return gradtx.schedules.warmup_cosine_decay(
-        init_value=0.0,
-        peak_value=1e-2,
-        warmup_steps=max(steps // 20, 1),
-        decay_steps=steps,
-        end_value=1e-4,
-    )
+def load_demo_config(path: str | Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """`(train settings, {run name: optimizer config})` from a demo config file.
 
-
-def make_optimizer(schedule) -> gradtx.GradientTransformation:
-    """AdamW with global-norm clipping and a scheduled learning rate.
-
-    Biases are excluded from weight decay with a glob pattern on parameter paths.
+    The file has an `optimizers` mapping (run name -> a `gradtx.from_config` config) and an
+    optional `train` mapping (`steps`, `batch_size`, `hidden`, `seed`). Every optimizer config is
+    validated here, before anything trains.
     """
-    return gradtx.chain(
-        gradtx.clip_by_global_norm(1.0),
-        gradtx.adamw(schedule, weight_decay=1e-4, mask="!**/bias"),
-    )
+    data, where = read_config(Path(path), what="demo config")
+    unknown = sorted(set(data) - {"train", "optimizers"})
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown section(s) {unknown}; a demo config has `optimizers` (run name -> "
+            "optimizer config) and an optional `train`"
+        )
+    runs = data.get("optimizers")
+    if not isinstance(runs, dict) or not runs:
+        raise ConfigError(
+            f"{where}: `optimizers` must map run names to optimizer configs (docs/config.md), "
+            f"got {runs!r}"
+        )
+    train = dict(TRAIN_DEFAULTS)
+    given = data.get("train") or {}
+    bad = sorted(set(given) - set(TRAIN_DEFAULTS))
+    if bad:
+        raise ConfigError(f"{where}: unknown `train` key(s) {bad}; known: {sorted(TRAIN_DEFAULTS)}")
+    train.update(given)
+    for name, cfg in runs.items():
+        try:
+            gradtx.from_config(cfg)
+        except ConfigError as e:
+            raise ConfigError(f"{where}: optimizers.{name}: {e}") from None
+    return train, {str(k): v for k, v in runs.items()}
 
 
-def train(steps: int = 2000, batch_size: int = 128, seed: int = 0, log_every: int = 200):
-    """Train and return (params, history) where history has step / loss / accuracy lists."""
-    x_all, y_all = spirals(seed=seed)
-    order = np.random.default_rng(seed).permutation(len(x_all))
-    n_test = len(order) // 5
-    x, y = x_all[order[n_test:]], y_all[order[n_test:]]
-    x_test, y_test = x_all[order[:n_test]], y_all[order[:n_test]]
-    schedule = make_schedule(steps)
-    tx = make_optimizer(schedule)
-    params = init_mlp(jax.random.key(seed), (2, 64, 64, 3))
+def select(runs: dict[str, Any], wanted: str | None) -> dict[str, Any]:
+    """The runs named in the comma-separated `wanted` (all when None), in the order given."""
+    if wanted is None:
+        return runs
+    names = [n.strip() for n in wanted.split(",") if n.strip()]
+    missing = [n for n in names if n not in runs]
+    if missing or not names:
+        raise ConfigError(
+            f"--optimizers: unknown run(s) {missing or wanted!r}; the config defines "
+            f"{', '.join(runs)}"
+        )
+    return {n: runs[n] for n in names}
+
+
+class _Progress:
+    """A progress bar: tqdm's when it is installed, else one plain line rewritten in place."""
+
+    def __init__(self, total: int, desc: str):
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:
+            self._bar = None
+        else:
+            self._bar = tqdm(total=total, desc=f"{desc:>20s}", unit="step", leave=True)
+        self.total, self.desc, self.done = total, desc, 0
+
+    def update(self, n: int, loss: float) -> None:
+        self.done += n
+        if self._bar is not None:
+            self._bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+            self._bar.update(n)
+            return
+        width = 30
+        filled = width * self.done // max(self.total, 1)
+        end = "\n" if self.done >= self.total else ""
+        print(
+            f"\r{self.desc:>20s} [{'#' * filled}{'.' * (width - filled)}] "
+            f"{self.done}/{self.total}  loss {loss:.4f}",
+            end=end,
+            flush=True,
+        )
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+@dataclass
+class Run:
+    """One optimizer's training: its curves and final numbers."""
+
+    name: str
+    optimizer: str
+    steps: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)  # training loss, mean over each chunk
+    accuracy: list[float] = field(default_factory=list)  # held-out accuracy after each chunk
+    lr: np.ndarray | None = None
+    final_loss: float = float("nan")  # on the whole training set, after the last step
+    test_accuracy: float = float("nan")
+    steps_per_s: float = float("nan")
+    compile_s: float = float("nan")
+    params: Any = None
+
+
+def train_run(
+    name: str,
+    config: dict[str, Any],
+    data: tuple[np.ndarray, ...],
+    *,
+    steps: int,
+    batch_size: int,
+    hidden: tuple[int, ...],
+    seed: int,
+    chunk: int = 100,
+) -> Run:
+    """Train the MLP with the optimizer `config` builds; every run sees the same initial
+    parameters and the same batches. Steps run `chunk` at a time inside one compiled `lax.scan`
+    (the loss is passed to every update as `value=`, which Eve and plateau schedules read)."""
+    x, y, x_test, y_test = data
+    tx = gradtx.from_config(config)
+    params = init_mlp(jax.random.key(seed), (x.shape[1], *hidden, int(y.max()) + 1))
     opt_state = tx.init(params)
 
-    @jax.jit
-    def step(params, opt_state, xb, yb):
-        loss, grads = jax.value_and_grad(loss_fn)(params, xb, yb)
+    def one_step(carry, batch):
+        params, opt_state = carry
+        loss, grads = jax.value_and_grad(loss_fn)(params, *batch)
         updates, opt_state = tx.update(grads, opt_state, params, value=loss)
-        return gradtx.apply_updates(params, updates), opt_state, loss
+        return (gradtx.apply_updates(params, updates), opt_state), loss
 
-    @jax.jit
-    def evaluate(params):
-        test_acc = jnp.mean(jnp.argmax(mlp(params, x_test), -1) == y_test)
-        return loss_fn(params, x, y), test_acc
+    def run_chunk(params, opt_state, xb, yb):
+        (params, opt_state), losses = jax.lax.scan(one_step, (params, opt_state), (xb, yb))
+        test_acc = jnp.mean(jnp.argmax(mlp(params, jnp.asarray(x_test)), -1) == y_test)
+        return params, opt_state, jnp.mean(losses), test_acc
 
     rng = np.random.default_rng(seed + 1)
-    # accuracy is measured on the held-out set; lr is the scheduled learning rate at that step
-    history: dict[str, list] = {"step": [], "loss": [], "accuracy": [], "lr": []}
+    chunks = [chunk] * (steps // chunk) + ([steps % chunk] if steps % chunk else [])
+    idx = [rng.integers(0, len(x), (n, batch_size)) for n in chunks]
+    compiled: dict[int, Any] = {}
     start = time.perf_counter()
-    for i in range(steps + 1):
-        if i % log_every == 0 or i == steps:
-            loss, acc = evaluate(params)
-            history["step"].append(i)
-            history["loss"].append(float(loss))
-            history["accuracy"].append(float(acc))
-            history["lr"].append(float(schedule(i)))
-            print(f"step {i:5d}  train loss {float(loss):.4f}  test accuracy {float(acc):6.1%}")
-        if i == steps:
-            break
-        idx = rng.integers(0, len(x), batch_size)
-        params, opt_state, _ = step(params, opt_state, x[idx], y[idx])
-    print(f"trained {steps} steps in {time.perf_counter() - start:.1f} s")
-    return params, history
+    for n in sorted(set(chunks)):
+        compiled[n] = (
+            jax.jit(run_chunk, donate_argnums=(0, 1))
+            .lower(params, opt_state, x[idx[chunks.index(n)]], y[idx[chunks.index(n)]])
+            .compile()
+        )
+    run = Run(name=name, optimizer=str(config.get("optimizer", {}).get("name", "?")))
+    run.compile_s = time.perf_counter() - start
+    bar = _Progress(steps, name)
+    done = 0
+    train_time = 0.0
+    for n, ix in zip(chunks, idx, strict=True):
+        xb, yb = x[ix], y[ix]
+        t0 = time.perf_counter()
+        params, opt_state, loss, acc = compiled[n](params, opt_state, xb, yb)
+        loss, acc = float(loss), float(acc)  # waits for the chunk
+        train_time += time.perf_counter() - t0
+        done += n
+        run.steps.append(done)
+        run.loss.append(loss)
+        run.accuracy.append(acc)
+        bar.update(n, loss)
+    bar.close()
+    run.steps_per_s = steps / train_time if train_time > 0 else float("nan")
+    run.final_loss = float(jax.jit(loss_fn)(params, x, y))
+    run.test_accuracy = run.accuracy[-1] if run.accuracy else float("nan")
+    run.lr = tx.learning_rate_at(np.arange(steps + 1))
+    run.params = params
+    return run
 
 
-def plot(params, history, out_dir: Path) -> list[Path]:
-    """Write the training curves and decision regions; returns the files written."""
+def results_table(runs: list[Run]) -> str:
+    """A Markdown table of the runs' final numbers."""
+    lines = [
+        "| run | optimizer | final train loss | test accuracy | steps/s | compile s |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in runs:
+        lines.append(
+            f"| {r.name} | {r.optimizer} | {r.final_loss:.4f} | {r.test_accuracy:.1%} | "
+            f"{r.steps_per_s:,.0f} | {r.compile_s:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(runs: list[Run], data: tuple[np.ndarray, ...], out_dir: Path) -> Path | None:
+    """Write `demo.png`: loss curves, test accuracy, learning rates, best decision regions."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not installed: skipping plots (pip install 'gradtx[plot]')")
-        return []
-    out_dir.mkdir(parents=True, exist_ok=True)
-    x, y = spirals()
-    fig, (ax1, ax3, ax2) = plt.subplots(1, 3, figsize=(15, 4))
-    ax1.plot(history["step"], history["loss"], marker="o")
-    ax1.set(xlabel="step", ylabel="cross-entropy", title="training loss", yscale="log")
-    ax3.plot(history["step"], history["lr"], marker=".")
-    ax3.set(xlabel="step", ylabel="learning rate", title="warm-up + cosine schedule")
-    grid = np.stack(np.meshgrid(np.linspace(-1.2, 1.2, 200), np.linspace(-1.2, 1.2, 200)), -1)
-    pred = np.asarray(jnp.argmax(mlp(params, jnp.asarray(grid.reshape(-1, 2))), -1))
-    ax2.contourf(grid[..., 0], grid[..., 1], pred.reshape(200, 200), alpha=0.3, levels=2)
-    ax2.scatter(x[:, 0], x[:, 1], c=y, s=6)
-    ax2.set(title=f"decision regions (test accuracy {history['accuracy'][-1]:.1%})")
+        print("matplotlib is not installed: no plot (pip install 'gradtx[demo]')")
+        return None
+    x, y = data[0], data[1]
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    (ax_loss, ax_acc), (ax_lr, ax_regions) = axes
+    styles = itertools.cycle(["-", "--", "-.", ":"])
+    for r, style in zip(runs, styles, strict=False):
+        ax_loss.plot(r.steps, r.loss, style, label=r.name)
+        ax_acc.plot(r.steps, r.accuracy, style, label=r.name)
+        if r.lr is not None and np.all(np.isfinite(r.lr)):
+            ax_lr.plot(np.arange(len(r.lr)), r.lr, style, label=r.name)
+    ax_loss.set(xlabel="step", ylabel="cross-entropy", title="training loss", yscale="log")
+    ax_acc.set(xlabel="step", ylabel="accuracy", title="held-out accuracy")
+    ax_lr.set(xlabel="step", ylabel="learning rate", title="learning-rate schedules", yscale="log")
+    for ax in (ax_loss, ax_acc, ax_lr):
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    best = max(runs, key=lambda r: r.test_accuracy)
+    lo, hi = float(x.min()) - 0.2, float(x.max()) + 0.2
+    grid = np.stack(np.meshgrid(np.linspace(lo, hi, 200), np.linspace(lo, hi, 200)), -1)
+    pred = np.asarray(jnp.argmax(mlp(best.params, jnp.asarray(grid.reshape(-1, 2))), -1))
+    levels = np.arange(int(y.max()) + 2) - 0.5
+    ax_regions.contourf(
+        grid[..., 0], grid[..., 1], pred.reshape(200, 200), alpha=0.3, levels=levels
+    )
+    ax_regions.scatter(x[:, 0], x[:, 1], c=y, s=5)
+    ax_regions.set(
+        title=f"decision regions of {best.name} (test accuracy {best.test_accuracy:.1%})"
+    )
     fig.tight_layout()
+    out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "demo.png"
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=90)
     plt.close(fig)
-    return [path]
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gradtx demo", description=__doc__)
-    parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--out", type=Path, default=Path("demo_out"))
-    parser.add_argument("--no-plot", action="store_true")
+    parser = argparse.ArgumentParser(
+        prog="python -m gradtx demo",
+        description="Train a small MLP on generated spirals with several optimizers from a config "
+        "file, print a results table and plot the runs.",
+    )
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="demo config file")
+    parser.add_argument("--optimizers", help="comma-separated run names (default: all)")
+    parser.add_argument("--steps", type=int, help="optimizer steps per run (default: config's)")
+    parser.add_argument("--out", type=Path, default=Path("demo_out"), help="output folder")
+    parser.add_argument("--no-plot", action="store_true", help="do not write demo.png")
     args = parser.parse_args(argv)
-    params, history = train(steps=args.steps, log_every=max(args.steps // 30, 1))
+    try:
+        train, runs = load_demo_config(args.config)
+        runs = select(runs, args.optimizers)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    steps = int(args.steps if args.steps is not None else train["steps"])
+    if steps < 1:
+        print(f"error: --steps must be at least 1, got {steps}", file=sys.stderr)
+        return 2
+    x_all, y_all = spirals(seed=int(train["seed"]))
+    order = np.random.default_rng(int(train["seed"])).permutation(len(x_all))
+    n_test = len(order) // 5
+    data = (
+        x_all[order[n_test:]],
+        y_all[order[n_test:]],
+        x_all[order[:n_test]],
+        y_all[order[:n_test]],
+    )
+    print(
+        f"gradtx {gradtx.__version__} demo: {len(runs)} optimizers from {args.config}, {steps} "
+        f"steps each, batch {train['batch_size']}, MLP "
+        f"2-{'-'.join(map(str, train['hidden']))}-{int(y_all.max()) + 1}, "
+        f"on {jax.default_backend()}"
+    )
+    results = [
+        train_run(
+            name,
+            cfg,
+            data,
+            steps=steps,
+            batch_size=int(train["batch_size"]),
+            hidden=tuple(int(h) for h in train["hidden"]),
+            seed=int(train["seed"]),
+        )
+        for name, cfg in runs.items()
+    ]
+    table = results_table(results)
+    print()
+    print(table)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.md").write_text(table + "\n", encoding="utf-8")
+    summary = [
+        {k: getattr(r, k) for k in ("name", "optimizer", "final_loss", "test_accuracy")}
+        | {"steps_per_s": r.steps_per_s, "compile_s": r.compile_s, "steps": steps}
+        for r in results
+    ]
+    (args.out / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    print(f"\nwrote {args.out / 'results.md'}, {args.out / 'results.json'}")
     if not args.no_plot:
-        for path in plot(params, history, args.out):
+        path = plot(results, data, args.out)
+        if path is not None:
             print(f"wrote {path}")
     return 0

@@ -204,8 +204,8 @@ def state_dict(state: OptState) -> dict[str, np.ndarray]:
     Example:
       >>> import gradtx, jax.numpy as jnp
       >>> state = gradtx.adam(1e-3).init({"w": jnp.zeros(3)})
-      >>> sorted(gradtx.state_dict(state))
-      ['0/count', '0/mu/w', '0/nu/w']
+      >>> sorted(gradtx.state_dict(state))  # scale_by_adam's state, then the learning rate's
+      ['0/count', '0/mu/w', '0/nu/w', '1/count']
     """
     items, _ = _flatten("state_dict", state)
     return {key: _to_host("state_dict", key, leaf) for key, leaf in items}

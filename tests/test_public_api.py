@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import re
 from pathlib import Path
 
 import gradtx
@@ -52,6 +53,30 @@ def test_api_reference_is_current():
     expected = _make_api().render()
     actual = (ROOT / "docs" / "api.md").read_text()
     assert actual == expected, "docs/api.md is out of date: run `python docs/make_api.py`"
+
+
+def test_api_reference_lists_every_public_name_once():
+    """Each public name is one `::: name` block (rendered by mkdocstrings) or one alias line
+    linking to the block of the object it names; every object has exactly one block."""
+    make_api = _make_api()
+    text = (ROOT / "docs" / "api.md").read_text()
+    blocks = re.findall(r"^::: (\S+)$", text, flags=re.MULTILINE)
+    aliases = re.findall(r"^- `(\S+)` is \[`(\S+)`\]\[(\S+)\]\.$", text, flags=re.MULTILINE)
+    listed = blocks + [alias for alias, _, _ in aliases]
+    public = make_api.public_names()
+    assert sorted(listed) == sorted(set(listed)), "a name is listed twice"
+    assert set(listed) == set(public) - {"gradtx.__version__"}
+    assert len({id(public[name]) for name in blocks}) == len(blocks), "an object has two blocks"
+    for alias, shown, target in aliases:
+        assert shown == target and target in blocks and public[alias] is public[target], alias
+    # the namespaces of gradtx/__init__.py's `# --` families and of NAMESPACES are all covered
+    assert {f"gradtx.{ns}.{n}" for ns in NAMESPACES for n in _namespace_names(ns)} <= set(listed)
+
+
+def _namespace_names(namespace):
+    module = getattr(gradtx, namespace)
+    names = getattr(module, "__all__", None) or [n for n in dir(module) if n[0] != "_"]
+    return [n for n in names if not inspect.ismodule(getattr(module, n))]
 
 
 def test_init_only_re_exports():

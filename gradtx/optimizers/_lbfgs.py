@@ -53,17 +53,20 @@ def lbfgs(
       A `GradientTransformation` whose state is the tuple of the three inner states.
 
     Example:
-      >>> import jax.numpy as jnp, gradtx
+      >>> import jax, jax.numpy as jnp, gradtx
       >>> def f(w): return jnp.sum((w - 1.0) ** 2 * jnp.array([1.0, 10.0, 100.0]))
       >>> solver = gradtx.lbfgs()
       >>> params = jnp.zeros(3)
       >>> state = solver.init(params)
       >>> value_and_grad = gradtx.value_and_grad_from_state(f)
-      >>> for _ in range(10):
+      >>> @jax.jit
+      ... def step(params, state):
       ...     value, grad = value_and_grad(params, state=state)
       ...     updates, state = solver.update(
       ...         grad, state, params, value=value, grad=grad, value_fn=f)
-      ...     params = gradtx.apply_updates(params, updates)
+      ...     return gradtx.apply_updates(params, updates), state
+      >>> for _ in range(10):
+      ...     params, state = step(params, state)
       >>> bool(jnp.allclose(params, 1.0, atol=1e-4))
       True
 

@@ -56,8 +56,10 @@ def _polynomial(
         # 1 - tau/T as (T - tau)/T with the subtraction in integers: under jit XLA turns the
         # division into a multiplication by 1/T, and 1 - T * (1/T) can be slightly negative,
         # which a fractional power turns into NaN (optax.polynomial_schedule has that bug).
+        # The ends are exact (XLA's 1/T multiply makes T/T = 1 - ulp): the first value is
+        # init_value and the last end_value, as without jit.
         remaining = steps - jnp.clip(step - begin, 0, steps)
-        frac = remaining.astype(jnp.float32) / steps
+        frac = jnp.where(remaining == steps, 1.0, remaining.astype(jnp.float32) / steps)
         init, end = f32(init_value), f32(end_value)
         return (init - end) * frac ** f32(power) + end
 
@@ -152,6 +154,12 @@ def exponential_decay(
     Returns:
       A schedule `step -> float32`.
 
+    Examples:
+      >>> import gradtx
+      >>> lr = gradtx.schedules.exponential_decay(1.0, 10, decay_rate=0.5, staircase=True)
+      >>> [float(lr(t)) for t in (0, 9, 10, 25)]
+      [1.0, 1.0, 0.5, 0.25]
+
     Reference: `optax.exponential_decay` (Optax holds the value when `transition_steps <= 0` or
     `decay_rate == 0`; gradtx raises a `ValueError`).
     """
@@ -199,6 +207,12 @@ def piecewise_constant(
 
     Returns:
       A schedule `step -> float32`.
+
+    Examples:
+      >>> import gradtx
+      >>> lr = gradtx.schedules.piecewise_constant(0.1, {100: 0.1, 200: 0.5})
+      >>> [round(float(lr(t)), 6) for t in (0, 99, 100, 250)]
+      [0.1, 0.1, 0.01, 0.005]
 
     Reference: `optax.piecewise_constant_schedule`.
     """

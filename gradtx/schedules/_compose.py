@@ -31,6 +31,14 @@ def join(schedules: Sequence[Schedule], boundaries: Sequence[int]) -> NamedSched
     Returns:
       A schedule `step -> float32`.
 
+    Examples:
+      >>> import gradtx
+      >>> warm = gradtx.schedules.linear(0.0, 1.0, transition_steps=10)
+      >>> decay = gradtx.schedules.exponential_decay(1.0, 10, decay_rate=0.1)
+      >>> lr = gradtx.schedules.join([warm, decay], boundaries=[10])
+      >>> [round(float(lr(t)), 4) for t in (0, 5, 10, 20)]
+      [0.0, 0.5, 1.0, 0.1]
+
     Reference: `optax.join_schedules`.
     """
     who = "join"

@@ -84,6 +84,12 @@ def warmup_cosine_decay(
     Returns:
       A schedule `step -> float32`.
 
+    Examples:
+      >>> import gradtx
+      >>> lr = gradtx.schedules.warmup_cosine_decay(0.0, 1.0, warmup_steps=10, decay_steps=110)
+      >>> [round(float(lr(t)), 4) for t in (0, 5, 10, 60, 110, 1000)]
+      [0.0, 0.5, 1.0, 0.5, 0.0, 0.0]
+
     Reference: `optax.warmup_cosine_decay_schedule` (same values, except that Optax ignores
     `end_value` when `peak_value` is 0).
     """

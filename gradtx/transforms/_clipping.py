@@ -92,6 +92,14 @@ def clip_by_global_norm(max_norm: ArrayLike) -> GradientTransformation:
     Returns:
       A stateless `GradientTransformation` (state `EmptyState`).
 
+    Examples:
+      >>> import jax.numpy as jnp, gradtx
+      >>> tx = gradtx.clip_by_global_norm(1.0)
+      >>> grads = {"a": jnp.array([3.0]), "b": jnp.array([4.0])}  # global norm 5
+      >>> clipped, _ = tx.update(grads, tx.init(grads))
+      >>> [round(float(clipped[k][0]), 4) for k in ("a", "b")]
+      [0.6, 0.8]
+
     Reference: Pascanu, Mikolov & Bengio, "On the difficulty of training Recurrent Neural
     Networks" (ICML 2013).
     """

@@ -11,7 +11,7 @@ from .._checks import check_in_range, check_non_negative, concrete
 from .._core import GradientTransformation, monitored_value
 from .._numerics import bias_correction, safe_increment
 from .._typing import ArrayLike, Updates
-from ._moments import check_moments, init_moments, second_moment, step_moments
+from ._moments import check_moments, init_moments, packs_leaves, second_moment, step_moments
 
 
 class ScaleByEveState(NamedTuple):
@@ -126,6 +126,8 @@ def scale_by_eve(
             b1=b1,
             second=second_moment(b2),
             state_cls=ScaleByEveState,
+            pack_mu=packs_leaves(mu_dtype),
+            pack_nu=packs_leaves(nu_dtype),
         )
         return updates, new_state._replace(d=d, f_hat=f_hat)
 

@@ -33,6 +33,7 @@ predicate; the benchmarks in benchmarks/ are the source of truth there.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -50,6 +51,8 @@ class AccumulateState(NamedTuple):
     micro_step: jax.Array  # int32 in [0, k): micro-steps accumulated since the last inner step
     grad_sum: Updates  # sum of this cycle's gradients (accumulator dtype); see accumulate_k_steps
     inner_state: OptState  # advances once every k micro-steps
+    gradient_step: jax.Array  # int32: inner steps taken (Optax's MultiStepsState.gradient_step)
+    skip_state: Any = ()  # what `should_skip_update_fn` returned last (() without one)
 
 
 def accumulate_k_steps(
@@ -58,6 +61,7 @@ def accumulate_k_steps(
     *,
     average: bool = True,
     accumulator_dtype: Any = None,
+    should_skip_update_fn: Callable[[Updates, jax.Array, Any], tuple[Any, Any]] | None = None,
 ) -> GradientTransformation:
     r"""Accumulate gradients over `k` micro-steps and apply `tx` once on their mean (or sum).
 
@@ -83,10 +87,26 @@ def accumulate_k_steps(
         and nnabla's behaviour, `optax.MultiSteps(use_grad_mean=False)`).
       accumulator_dtype: dtype of the accumulator (default: the params' dtype). float32 keeps bf16
         gradients from losing precision in the sum.
+      should_skip_update_fn: `fn(updates, gradient_step, params) -> (skip, skip_state)`, called
+        on every micro-step's gradients, as in `optax.MultiSteps`: when `skip` (a boolean
+        scalar) is true, that micro-step is dropped (nothing is accumulated, the micro-step does
+        not count, the updates are zeros) and only `state.skip_state` changes. E.g.
+        `gradtx.skip_not_finite` (one NaN micro-step no longer spoils its whole window) or
+        `gradtx.skip_large_updates`.
 
     Returns:
-      A `GradientTransformation` with state `AccumulateState(micro_step, grad_sum, inner_state)`:
-      one extra buffer per parameter leaf.
+      A `GradientTransformation` with state `AccumulateState(micro_step, grad_sum, inner_state,
+      gradient_step, skip_state)`: one extra buffer per parameter leaf.
+
+    Examples:
+      >>> import jax.numpy as jnp, gradtx
+      >>> tx = gradtx.accumulate_k_steps(gradtx.sgd(1.0), k=2)
+      >>> params = {"w": jnp.zeros(2)}
+      >>> state = tx.init(params)
+      >>> u1, state = tx.update({"w": jnp.array([1.0, 3.0])}, state, params)
+      >>> u2, state = tx.update({"w": jnp.array([3.0, 1.0])}, state, params)
+      >>> u1["w"], u2["w"]  # nothing, then one SGD step on the mean gradient
+      (Array([0., 0.], dtype=float32), Array([-2., -2.], dtype=float32))
 
     Reference: nnabla's `update_interval`, RETURNN's `accum_grad_multiple_step`,
     `optax.MultiSteps(opt, k)`.
@@ -97,23 +117,49 @@ def accumulate_k_steps(
     check_float_dtype(who, "accumulator_dtype", accumulator_dtype)
     if not isinstance(average, bool):
         raise ValueError(f"{who}: average must be True or False, got {average!r}")
+    if should_skip_update_fn is not None and not callable(should_skip_update_fn):
+        raise TypeError(
+            f"{who}: should_skip_update_fn must be a callable (updates, gradient_step, params) -> "
+            f"(skip, skip_state), e.g. gradtx.skip_not_finite; got {should_skip_update_fn!r}"
+        )
     inner_update = forward_extra_args(tx.update)
 
     def init(params):
+        skip_state: Any = ()
+        if should_skip_update_fn is not None:
+            # the skip state's structure, from a call on zeros (it must not change over steps)
+            zeros = zeros_like(params)
+            _, skip_state = jax.tree.map(
+                jnp.zeros_like, jax.eval_shape(should_skip_update_fn, zeros, zero_count(), params)
+            )
         return AccumulateState(
             micro_step=zero_count(),
             grad_sum=zeros_like(params, accumulator_dtype),
             inner_state=tx.init(params),
+            gradient_step=zero_count(),
+            skip_state=skip_state,
         )
 
     def update(updates, state, params=None, **extra_args):
         expect_state(who, state, AccumulateState)
         assert_same_structure(who, updates=updates, **{"state.grad_sum": state.grad_sum})
-        emit = state.micro_step == k - 1
-        first = state.micro_step == 0
-        grad_sum = jax.tree.map(
-            lambda a, g: jnp.where(first, g, a + g).astype(a.dtype), state.grad_sum, updates
-        )
+        skip_state = state.skip_state
+        if should_skip_update_fn is None:
+            emit = state.micro_step == k - 1
+            first = state.micro_step == 0
+            grad_sum = jax.tree.map(
+                lambda a, g: jnp.where(first, g, a + g).astype(a.dtype), state.grad_sum, updates
+            )
+        else:
+            dropped, skip_state = should_skip_update_fn(updates, state.gradient_step, params)
+            dropped = _check_skip(who, dropped)
+            emit = (state.micro_step == k - 1) & ~dropped
+            first = state.micro_step == 0
+            grad_sum = jax.tree.map(
+                lambda a, g: jnp.where(dropped, a, jnp.where(first, g, a + g)).astype(a.dtype),
+                state.grad_sum,
+                updates,
+            )
         # Leaves whose accumulator holds the updates exactly carry them in its buffer; the others
         # (an accumulator narrower than the gradients) get a separate output.
         g_leaves, treedef = jax.tree.flatten(updates)
@@ -140,7 +186,7 @@ def accumulate_k_steps(
             apart = [jnp.zeros_like(g) for g, f in zip(g_leaves, folded, strict=True) if not f]
             return grad_sum, apart, inner_state
 
-        if k == 1:  # every call is an inner step: no cond (the state layout stays the same)
+        if k == 1 and should_skip_update_fn is None:  # every call is an inner step: no cond
             grad_sum, apart, inner_state = inner_step(grad_sum, state.inner_state)
         else:
             grad_sum, apart, inner_state = jax.lax.cond(
@@ -153,10 +199,26 @@ def accumulate_k_steps(
                 for a, g, f in zip(treedef.flatten_up_to(grad_sum), g_leaves, folded, strict=True)
             ]
         )
-        micro_step = jnp.where(emit, 0, state.micro_step + 1).astype(state.micro_step.dtype)
-        return new_updates, AccumulateState(micro_step, grad_sum, inner_state)
+        counted = (
+            state.micro_step + 1 if should_skip_update_fn is None else state.micro_step + ~dropped
+        )
+        micro_step = jnp.where(emit, 0, counted).astype(state.micro_step.dtype)
+        gradient_step = (state.gradient_step + emit).astype(state.gradient_step.dtype)
+        return new_updates, AccumulateState(
+            micro_step, grad_sum, inner_state, gradient_step, skip_state
+        )
 
     return GradientTransformation(init, update)
+
+
+def _check_skip(who: str, skip: Any) -> jax.Array:
+    skip = jnp.asarray(skip)
+    if skip.shape != () or skip.dtype != jnp.bool_:
+        raise ValueError(
+            f"{who}: should_skip_update_fn must return (skip, skip_state) with skip a boolean "
+            f"scalar, got skip of shape {skip.shape} and dtype {skip.dtype}"
+        )
+    return skip
 
 
 __all__ = ["AccumulateState", "accumulate_k_steps"]

@@ -118,6 +118,17 @@ def lookahead(
       A `GradientTransformation` with state `LookaheadState(steps_since_sync, slow, inner_state)`;
       it needs `params`.
 
+    Examples:
+      >>> import jax.numpy as jnp, gradtx
+      >>> tx = gradtx.lookahead(gradtx.sgd(1.0), sync_period=2, slow_step_size=0.5)
+      >>> params = {"w": jnp.zeros(1)}
+      >>> state = tx.init(params)
+      >>> for _ in range(2):  # two fast steps of -1, then the slow weights move halfway
+      ...     updates, state = tx.update({"w": jnp.ones(1)}, state, params)
+      ...     params = gradtx.apply_updates(params, updates)
+      >>> params["w"]
+      Array([-1.], dtype=float32)
+
     Reference: Zhang et al., "Lookahead Optimizer: k steps forward, 1 step back" (NeurIPS 2019);
     matches the fast weights of `optax.lookahead` without its `LookaheadParams` wrapper.
     """

@@ -160,7 +160,7 @@ def conditionally_mask(
 
 
 # --------------------------------------------------------------------------------------------
-# should-skip predicates for gradient accumulation (optax.MultiSteps' should_skip_update_fn)
+# should-skip predicates for gradient accumulation (accumulate_k_steps' should_skip_update_fn)
 # --------------------------------------------------------------------------------------------
 
 
@@ -172,8 +172,9 @@ def skip_not_finite(
     .. math::  \text{skip} = \#\{i : \lnot \mathrm{isfinite}(g_i)\} > 0
 
     A *should-skip function* for gradient accumulation: pass it as
-    `optax.MultiSteps(..., should_skip_update_fn=gradtx.skip_not_finite)`; a skipped micro-step
-    leaves the accumulator and the inner state as if it never happened.
+    `gradtx.accumulate_k_steps(tx, k, should_skip_update_fn=gradtx.skip_not_finite)` (or to
+    `optax.MultiSteps`); a skipped micro-step leaves the accumulator and the inner state as if it
+    never happened.
 
     Args:
       updates: the micro-step's gradients.

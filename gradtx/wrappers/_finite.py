@@ -53,6 +53,18 @@ def apply_if_finite(
       A `GradientTransformation` with state
       `ApplyIfFiniteState(notfinite_count, last_finite, total_notfinite, inner_state)`.
 
+    Examples:
+      >>> import jax.numpy as jnp, gradtx
+      >>> tx = gradtx.apply_if_finite(gradtx.sgd(1.0), max_consecutive_errors=2)
+      >>> params = {"w": jnp.zeros(2)}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": jnp.array([jnp.nan, 1.0])}, state, params)
+      >>> updates["w"], int(state.notfinite_count)  # skipped
+      (Array([0., 0.], dtype=float32), 1)
+      >>> updates, state = tx.update({"w": jnp.array([1.0, 1.0])}, state, params)
+      >>> updates["w"], int(state.notfinite_count)
+      (Array([-1., -1.], dtype=float32), 0)
+
     Reference: `optax.apply_if_finite` (same state and give-up rule); nnabla's
     `Solver.check_inf_or_nan_grad` used to skip an update; RETURNN's
     `num_allowed_consec_invalid_gradient_steps`.

@@ -99,6 +99,18 @@ def inject_hyperparams(
       A function with `factory`'s arguments returning a `GradientTransformation` whose state is
       `InjectHyperparamsState(count, hyperparams, inner_state)`.
 
+    Examples:
+      >>> import jax, jax.numpy as jnp, gradtx
+      >>> tx = gradtx.inject_hyperparams(gradtx.sgd)(learning_rate=0.1)
+      >>> params = {"w": jnp.zeros(2)}
+      >>> state = tx.init(params)
+      >>> step = jax.jit(tx.update)
+      >>> updates, state = step({"w": jnp.ones(2)}, state, params)
+      >>> state = gradtx.tree.set(state, learning_rate=0.01)  # same shapes: no recompilation
+      >>> updates, state = step({"w": jnp.ones(2)}, state, params)
+      >>> updates["w"]
+      Array([-0.01, -0.01], dtype=float32)
+
     Reference: `optax.inject_hyperparams` (same state fields; schedules are stored as the value
     used at the step); RETURNN's `Updater.set_learning_rate`.
     """

@@ -155,6 +155,17 @@ def multi_transform(
       label -> inner state. Labelling errors (a pattern that matches nothing, an unknown label, a
       tree that is not a prefix of the params) are raised by `init`.
 
+    Examples:
+      >>> import jax.numpy as jnp, gradtx
+      >>> params = {"kernel": jnp.ones(2), "bias": jnp.ones(2)}
+      >>> tx = gradtx.multi_transform(
+      ...     {"sgd": gradtx.sgd(0.1), "frozen": gradtx.set_to_zero()},
+      ...     {"kernel": "sgd", "bias": "frozen"},
+      ... )
+      >>> updates, _ = tx.update({"kernel": jnp.ones(2), "bias": jnp.ones(2)}, tx.init(params))
+      >>> updates["kernel"], updates["bias"]
+      (Array([-0.1, -0.1], dtype=float32), Array([0., 0.], dtype=float32))
+
     Reference: `optax.multi_transform` / `optax.partition` (the same `param_labels` forms);
     RETURNN's multiple optimizers (per-layer `updater_opts`), PyTorch parameter groups.
     """
@@ -284,6 +295,14 @@ def masked(
 
     Returns:
       A `GradientTransformation` with state `MaskedState(inner_state)`.
+
+    Examples:
+      >>> import jax.numpy as jnp, gradtx
+      >>> params = {"dense": {"kernel": jnp.ones(2), "bias": jnp.ones(2)}}
+      >>> tx = gradtx.masked(gradtx.scale(10.0), "**/kernel")
+      >>> updates, _ = tx.update(params, tx.init(params), params)
+      >>> updates["dense"]["kernel"], updates["dense"]["bias"]
+      (Array([10., 10.], dtype=float32), Array([1., 1.], dtype=float32))
 
     Reference: `optax.masked`.
     """

@@ -277,3 +277,19 @@ def test_float_math_matches_closed_forms():
     got = curve(S.exponential_decay(2.0, 4, 0.5, staircase=True), t)
     np.testing.assert_allclose(got, 2.0 * 0.5 ** (t // 4), rtol=1e-6)
     assert math.isclose(float(S.constant(0.25)(123)), 0.25)
+
+
+@pytest.mark.parametrize(("init", "end"), [(0.0, 0.1), (1e-3, 0.0), (0.3, 0.1), (2.0, 5.0)])
+def test_linear_and_polynomial_hit_their_ends_exactly_under_jit(init, end):
+    # XLA turns the division by T into a multiplication by 1/T, so T / T came out as 1 - ulp and
+    # linear(0, 0.1, 100) started at -3.3e-9 under jit (0.0 eagerly, and in Optax).
+    for sched in (
+        gradtx.schedules.linear(init, end, 100),
+        gradtx.schedules.polynomial(init, end, 2.0, 100, transition_begin=5),
+    ):
+        jitted = jax.jit(sched)
+        eager_first = float(sched(0))
+        assert float(jitted(jnp.int32(0))) == eager_first
+        assert float(jitted(jnp.int32(0))) == pytest.approx(init, abs=1e-7)
+        assert float(jitted(jnp.int32(1000))) == np.float32(end)
+    assert float(jax.jit(gradtx.schedules.linear(0.0, 0.1, 100))(jnp.int32(0))) == 0.0

@@ -67,7 +67,8 @@ def test_state_holds_one_extra_buffer_per_leaf():
     acc = gradtx.accumulate_k_steps(tx, 4)
     state = acc.init(params)
     n_params = len(jax.tree.leaves(params))
-    assert len(jax.tree.leaves(state)) == len(jax.tree.leaves(tx.init(params))) + n_params + 1
+    # the accumulator, the micro-step and the inner-step counter
+    assert len(jax.tree.leaves(state)) == len(jax.tree.leaves(tx.init(params))) + n_params + 2
     assert jax.tree.structure(state.grad_sum) == jax.tree.structure(params)
     assert state.micro_step.dtype == jnp.int32
 
@@ -169,3 +170,59 @@ def test_mismatched_tree_names_wrapper_and_path():
     state = acc.init({"a": jnp.zeros(2), "b": jnp.zeros(3)})
     with pytest.raises(ValueError, match=r"accumulate_k_steps: updates and state.grad_sum differ"):
         acc.update({"a": jnp.zeros(2), "c": jnp.zeros(3)}, state)
+
+
+def _with_bad_micro_steps(grads, bad):
+    """`grads` with a NaN (or an infinity) in one leaf at each micro-step index in `bad`."""
+    out = []
+    for i, g in enumerate(grads):
+        if i in bad:
+            leaves, treedef = jax.tree.flatten(g)
+            poison = jnp.nan if i % 2 else jnp.inf
+            leaves[i % len(leaves)] = (
+                leaves[i % len(leaves)].at[(0,) * leaves[i % len(leaves)].ndim].set(poison)
+            )
+            g = treedef.unflatten(leaves)
+        out.append(g)
+    return out
+
+
+@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize(
+    "skip_fn",
+    [gradtx.skip_not_finite, lambda u, s, p: gradtx.skip_large_updates(u, s, p, 1e4)],
+    ids=["not_finite", "large"],
+)
+def test_should_skip_update_fn_matches_optax_multisteps(k, skip_fn):
+    # A skipped micro-step leaves accumulator, counters and inner state as if it never happened
+    # (before, one NaN micro-step spoiled its whole window), exactly as optax.MultiSteps does.
+    params = mixed_params()
+    grads = _with_bad_micro_steps(grad_sequence(params, 14), {1, 4, 5, 9})
+    if skip_fn is not gradtx.skip_not_finite:  # large, finite gradients instead of NaN / inf
+        grads = [jax.tree.map(lambda x: jnp.where(jnp.isfinite(x), x, 1e3), g) for g in grads]
+    ours, ours_state, ours_params = run(
+        gradtx.accumulate_k_steps(optax.adam(0.05), k, should_skip_update_fn=skip_fn),
+        params,
+        grads,
+    )
+    ref, ref_state, ref_params = run(
+        optax.MultiSteps(optax.adam(0.05), k, should_skip_update_fn=skip_fn), params, grads
+    )
+    for i, (a, b) in enumerate(zip(ours, ref, strict=True)):
+        assert_trees_close(a, b, 1e-6, 1e-7, msg=f"micro-step {i}")
+    assert_trees_close(ours_params, ref_params, 1e-6, 1e-7)
+    assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(ours_params))
+    assert int(ours_state.micro_step) == int(ref_state.mini_step)
+    assert int(ours_state.gradient_step) == int(ref_state.gradient_step) == (14 - 4) // k
+    assert_trees_close(ours_state.skip_state, ref_state.skip_state, 0, 0)
+
+
+def test_should_skip_update_fn_is_checked():
+    with pytest.raises(TypeError, match="should_skip_update_fn must be a callable"):
+        gradtx.accumulate_k_steps(_adam(), 2, should_skip_update_fn=True)
+    params = {"w": jnp.ones(3)}
+    tx = gradtx.accumulate_k_steps(
+        _adam(), 2, should_skip_update_fn=lambda u, s, p: (jnp.isnan(u["w"]), {})
+    )
+    with pytest.raises(ValueError, match="skip a boolean scalar, got skip of shape"):
+        tx.update(params, tx.init(params), params)
