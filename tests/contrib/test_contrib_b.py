@@ -20,7 +20,7 @@ import gradtx
 from gradtx import contrib as gc
 
 from ..helpers import assert_trees_close, grad_sequence, mixed_params, random_like
-from ..optax_reference import compare_to_optax, with_modes
+from ..optax_reference import EAGER_STEPS, compare_to_optax, with_modes
 
 # A learning-rate schedule that starts at one.
 LR = lambda count: 1.0 / (1.0 + 0.05 * count)
@@ -83,11 +83,11 @@ def _compare(
     else:
         expected = _unstack(_jitted((reference,), extra, params, stacked)[0], steps)
         state, p, got = ours.init(params), params, []
-        for g in grads:
+        for g in grads[:EAGER_STEPS]:  # the whole sequence is checked by the jitted case
             u, state = ours.update(g, state, p, **extra(p))
             p = gradtx.apply_updates(p, u)
             got.append(u)
-    for i, (u, e) in enumerate(zip(got, expected, strict=True)):
+    for i, (u, e) in enumerate(zip(got, expected[: len(got)], strict=True)):
         assert_trees_close(u, e, rtol, atol, msg=f"step {i}")
 
 
