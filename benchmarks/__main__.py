@@ -43,11 +43,24 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run only the 8-bit optimizer state benchmark (float32 / bf16 / 8-bit Adam)",
     )
+    parser.add_argument(
+        "--part",
+        action="append",
+        choices=("steps", "build", "quality"),
+        help="with --quantized: run only this part (repeatable): step times, build times vs "
+        "the number of leaves, training quality",
+    )
     args = parser.parse_args(argv)
     if args.quantized:
         from .quantized import main as quantized_main
 
-        return quantized_main(quick=args.quick, out=args.out)
+        return quantized_main(
+            quick=args.quick,
+            out=args.out,
+            log=lambda s: print(s, flush=True),
+            trees=args.tree,
+            parts=args.part,
+        )
     if args.zero1:
         from .zero1 import main as zero1_main
 

@@ -1,8 +1,12 @@
 """8-bit optimizer states: step time, state bytes and peak bytes of float32, bf16 and 8-bit Adam
-side by side (one process, interleaved rounds), and a training-quality table on two small tasks.
+side by side (one process, interleaved rounds), build (compile) time against the number of leaves,
+and a training-quality table on two small tasks.
 
-`python -m benchmarks --quantized [--quick]` prints both tables and writes
-`quantized.json` / `quantized.md` into `--out`.
+`python -m benchmarks --quantized [--quick] [--tree NAME ...] [--part steps|build|quality ...]`
+prints the tables and writes `quantized.json` / `quantized.md` into `--out`. "8-bit" packs the
+quantized leaves of each buffer into one codec (`gradtx.quantized()`, the default); "8-bit
+per-leaf" is `gradtx.quantized(pack_leaves=False)`, measured where it compiles in minutes (up to
+`PER_LEAF_MAX_LEAVES` leaves).
 """
 
 from __future__ import annotations
@@ -20,9 +24,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from .harness import Budget, Stats, compile_step, interleaved, machine_facts, make_runner
-from .workloads import FULL_TREES, QUICK_TREES, Workload
+from .workloads import FULL_TREES, QUICK_TREES, Workload, step_fn
 
 VARIANTS = ("float32", "bf16", "8-bit")
+PER_LEAF = "8-bit per-leaf"
+PER_LEAF_MAX_LEAVES = 200  # above this the per-leaf codec takes minutes and GBs to compile
+BUILD_LEAVES = (20, 200, 2000)  # trees of (80, 100) leaves for the build-time table
+QUICK_BUILD_LEAVES = (4, 16)
+PARTS = ("steps", "build", "quality")
 
 
 def make_adam(variant: str, learning_rate: Any = 1e-3) -> Any:
@@ -32,7 +41,7 @@ def make_adam(variant: str, learning_rate: Any = 1e-3) -> Any:
         return gradtx.adam(learning_rate)
     if variant == "bf16":
         return gradtx.adam(learning_rate, mu_dtype=jnp.bfloat16, nu_dtype=jnp.bfloat16)
-    q = gradtx.quantized()
+    q = gradtx.quantized(pack_leaves=variant != PER_LEAF)
     return gradtx.adam(learning_rate, mu_dtype=q, nu_dtype=q)
 
 
@@ -45,7 +54,9 @@ def _workload(variant: str) -> Workload:
 # --------------------------------------------------------------------------------------------
 
 
-def step_table(quick: bool, log: Callable[[str], None]) -> list[dict[str, Any]]:
+def step_table(
+    quick: bool, log: Callable[[str], None], trees: list[str] | None = None
+) -> list[dict[str, Any]]:
     budget = (
         Budget(min_rounds=3, max_rounds=4, seconds=0.2, warmup=1)
         if quick
@@ -53,15 +64,19 @@ def step_table(quick: bool, log: Callable[[str], None]) -> list[dict[str, Any]]:
     )
     rows = []
     for tree in QUICK_TREES if quick else FULL_TREES:
+        if trees and tree.name not in trees:
+            continue
         params, grads = tree.params(), tree.grads()
+        # packing changes nothing on a one-leaf tree; per-leaf is too slow to build on big ones
+        variants = VARIANTS + ((PER_LEAF,) if 1 < tree.count <= PER_LEAF_MAX_LEAVES else ())
         for donate in (True, False):
             compiled = {
                 v: compile_step(_workload(v), tree, "gradtx", donate, params, grads)
-                for v in VARIANTS
+                for v in variants
             }
-            runners = {v: make_runner(_workload(v), "gradtx", compiled[v], tree) for v in VARIANTS}
+            runners = {v: make_runner(_workload(v), "gradtx", compiled[v], tree) for v in variants}
             times = interleaved(runners, budget)
-            for v in VARIANTS:
+            for v in variants:
                 ratios = [a / b for a, b in zip(times[v], times["float32"], strict=True)]
                 c = compiled[v]
                 row = {
@@ -78,7 +93,7 @@ def step_table(quick: bool, log: Callable[[str], None]) -> list[dict[str, Any]]:
                 rows.append(row)
                 r = row["ratio"]
                 log(
-                    f"  {tree.name:8s} {'donated' if donate else 'undonated':9s} {v:7s} "
+                    f"  {tree.name:8s} {'donated' if donate else 'undonated':9s} {v:14s} "
                     f"{row['ms']:8.2f} ms  x{r['median']:.2f} [{r['q1']:.2f}, {r['q3']:.2f}]  "
                     f"{row['state_bytes_per_param']:.3f} B/param  peak {c.peak_bytes}  "
                     f"build {row['build_s']:.1f} s"
@@ -87,6 +102,54 @@ def step_table(quick: bool, log: Callable[[str], None]) -> list[dict[str, Any]]:
             gc.collect()
         del params, grads
         gc.collect()
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Build time against the number of leaves
+# --------------------------------------------------------------------------------------------
+
+
+def build_table(quick: bool, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Trace, lower and compile the donated Adam step (as `compile_step`) on trees of `n`
+    leaves of 80x100 (8000 values each, quantized at the default `min_size`): wall seconds of
+    each stage, and the process's CPU seconds for all three (steadier on a shared machine)."""
+    rows = []
+    for n in QUICK_BUILD_LEAVES if quick else BUILD_LEAVES:
+        params = {
+            f"layer_{i:04d}": {"w": jax.ShapeDtypeStruct((80, 100), jnp.float32)} for i in range(n)
+        }
+        variants = ("float32", "8-bit") + ((PER_LEAF,) if n <= PER_LEAF_MAX_LEAVES else ())
+        for v in variants:
+            tx = make_adam(v)
+            state = jax.eval_shape(tx.init, params)
+            jitted = jax.jit(step_fn(tx, "gradtx"), donate_argnums=(0, 1))
+            cpu0, t0 = time.process_time(), time.perf_counter()
+            traced = jitted.trace(params, state, params)
+            t1 = time.perf_counter()
+            lowered = traced.lower()
+            t2 = time.perf_counter()
+            compiled = lowered.compile()
+            t3, cpu3 = time.perf_counter(), time.process_time()
+            kernels = compiled.as_text().count(" fusion(")
+            row = {
+                "leaves": n,
+                "variant": v,
+                "trace_s": t1 - t0,
+                "lower_s": t2 - t1,
+                "compile_s": t3 - t2,
+                "build_s": t3 - t0,
+                "cpu_s": cpu3 - cpu0,
+                "kernels": kernels,
+            }
+            rows.append(row)
+            log(
+                f"  {n:5d} leaves {v:14s} trace {row['trace_s']:6.2f}  lower {row['lower_s']:6.2f}"
+                f"  compile {row['compile_s']:7.2f}  (build {row['build_s']:7.2f} s wall, "
+                f"{row['cpu_s']:7.2f} s CPU, {kernels} fusions)"
+            )
+            del compiled, lowered, traced, jitted
+            gc.collect()
     return rows
 
 
@@ -300,11 +363,18 @@ def quality_table(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
     return out
 
 
-def markdown(step_rows: list[dict[str, Any]], quality: dict[str, Any]) -> str:
-    lines = [
-        "| tree | step | variant | ms | time / float32 Adam | state B/param | peak MB | build s |",
-        "|---|---|---|---:|---:|---:|---:|---:|",
-    ]
+def markdown(
+    step_rows: list[dict[str, Any]],
+    quality: dict[str, Any] | None,
+    build_rows: list[dict[str, Any]] | None = None,
+) -> str:
+    lines: list[str] = []
+    if step_rows:
+        lines += [
+            "| tree | step | variant | ms | time / float32 Adam | state B/param | peak MB | "
+            "build s |",
+            "|---|---|---|---:|---:|---:|---:|---:|",
+        ]
     for r in step_rows:
         q = r["ratio"]
         peak = "n/a" if r["peak_bytes"] is None else f"{r['peak_bytes'] / 1e6:.0f}"
@@ -313,6 +383,21 @@ def markdown(step_rows: list[dict[str, Any]], quality: dict[str, Any]) -> str:
             f"{r['ms']:.1f} | {q['median']:.2f} ({q['q1']:.2f}-{q['q3']:.2f}) | "
             f"{r['state_bytes_per_param']:.3f} | {peak} | {r['build_s']:.1f} |"
         )
+    if build_rows:
+        lines += [
+            "",
+            "Build time of the donated Adam step, leaves of 80x100 (trace + lower + compile):",
+            "",
+            "| leaves | variant | wall s | CPU s | compile s | fusions |",
+            "|---:|---|---:|---:|---:|---:|",
+        ]
+        for r in build_rows:
+            lines.append(
+                f"| {r['leaves']} | {r['variant']} | {r['build_s']:.1f} | {r['cpu_s']:.1f} | "
+                f"{r['compile_s']:.1f} | {r['kernels']} |"
+            )
+    if quality is None:
+        return "\n".join(lines)
     lines += [
         "",
         f"Training quality ({quality['steps']['digits']} / {quality['steps']['lm']} steps; "
@@ -331,16 +416,35 @@ def markdown(step_rows: list[dict[str, Any]], quality: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(*, quick: bool, out: str, log: Callable[[str], None] = print) -> int:
+def main(
+    *,
+    quick: bool,
+    out: str,
+    log: Callable[[str], None] = print,
+    trees: list[str] | None = None,
+    parts: list[str] | None = None,
+) -> int:
+    parts = list(parts or PARTS)
     facts = machine_facts()
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
     log(f"8-bit states on {facts['cpu']} ({facts['cpu_count']} cores), load {load}")
-    steps = step_table(quick, log)
-    quality = quality_table(quick, log)
-    md = markdown(steps, quality)
+    steps = step_table(quick, log, trees) if "steps" in parts else []
+    builds = build_table(quick, log) if "build" in parts else []
+    quality = quality_table(quick, log) if "quality" in parts else None
+    end_load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    log(f"load at the end {end_load}")
+    md = markdown(steps, quality, builds)
     os.makedirs(out, exist_ok=True)
+    result = {
+        "facts": facts,
+        "load": load,
+        "end_load": end_load,
+        "steps": steps,
+        "build": builds,
+        "quality": quality,
+    }
     with open(os.path.join(out, "quantized.json"), "w") as f:
-        json.dump({"facts": facts, "load": load, "steps": steps, "quality": quality}, f, indent=1)
+        json.dump(result, f, indent=1)
     with open(os.path.join(out, "quantized.md"), "w") as f:
         f.write(md + "\n")
     log("")

@@ -36,12 +36,13 @@ from .._numerics import (
     zero_count,
 )
 from .._typing import ArrayLike, Params, Updates
-from ..tree import assert_same_structure, full_like, map_split
+from ..tree import assert_same_structure, full_like
 
 # A second-moment rule: (g, m_t, v_{t-1}) -> v_t, all widened except v_{t-1} (the buffer as
 # stored, so that `decay * v` rounds in the buffer's dtype as Optax's does).
 SecondMoment = Callable[[jax.Array, jax.Array, jax.Array], Any]
-# The update of one leaf from the widened g, m_t and v_eff (v_t, or max(v_max, v_t)).
+# The update of one leaf from the widened g, m_t and v_eff (v_t, or max(v_max, v_t)); elementwise,
+# so that it gives the same values on several leaves stacked into one array (`_packed_step`).
 LeafStep = Callable[[jax.Array, jax.Array, jax.Array], Any]
 
 
@@ -105,6 +106,12 @@ def infinity_norm(b2: ArrayLike, eps: ArrayLike) -> SecondMoment:
     return lambda g, m, v: jnp.maximum(jnp.abs(g) + eps, b2 * v)
 
 
+def packs_leaves(dtype: Any) -> bool:
+    """Whether the quantized leaves of a buffer of `dtype` may share one codec (`pack_leaves`
+    of a `gradtx.quantized()` spec; other dtypes have no quantized leaves)."""
+    return bool(getattr(dtype, "pack_leaves", True))
+
+
 def _buffers(params: Params, fill_value: ArrayLike, dtype: Any, *, signed: bool) -> Any:
     """Moment buffers like `params`: plain arrays of `dtype`, or block-wise 8-bit ones for a
     `gradtx.quantized()` spec (signed for first moments, unsigned for second moments)."""
@@ -146,6 +153,8 @@ def step_moments(
     amsgrad: bool = False,
     max_of: Callable[[jax.Array], Any] | None = None,
     state_cls: type = ScaleByAdamState,
+    pack_mu: bool = True,
+    pack_nu: bool = True,
 ) -> tuple[Updates, Any]:
     r"""One step of the moments in `state`; `leaf_step(g, m_t, v_eff)` gives each leaf's update.
 
@@ -154,6 +163,12 @@ def step_moments(
     :math:`f` = `max_of` (identity by default; Optax's AMSGrad takes the maximum of the
     bias-corrected :math:`v_t`). All values passed to `leaf_step` are widened and rounded as
     stored. Updates are cast to the gradients' dtypes, buffers keep theirs.
+
+    With `pack_mu` and `pack_nu` (`gradtx.quantized(pack_leaves=...)`, the default) the leaves
+    whose buffers are all quantized alike are stepped together (`_packed_step`): one encoder and
+    one decoder per buffer for all of them, so the compiled step no longer grows a codec per
+    leaf. Their stored moments are bit-identical to the per-leaf path's; `leaf_step` and
+    `second` must be elementwise (all the engine's rules are).
 
     Returns:
       `(updates, new_state)`; `new_state` is `state` with `count`, `mu`, `nu` (and `nu_max`)
@@ -176,11 +191,84 @@ def step_moments(
         return (*out, max_buf) if amsgrad else out
 
     count = safe_increment(state.count)
+    step_args = (b1, second, amsgrad, max_of, jnp.minimum(count, 0))
+    treedef = jax.tree.structure(updates)
+    gs = treedef.flatten_up_to(updates)
+    buffers = [treedef.flatten_up_to(state.mu), treedef.flatten_up_to(state.nu)]
     if amsgrad:
-        u, mu, nu, nu_max = map_split(leaf, 4, updates, state.mu, state.nu, state.nu_max)
-        return u, state._replace(count=count, mu=mu, nu=nu, nu_max=nu_max)
-    u, mu, nu = map_split(leaf, 3, updates, state.mu, state.nu)
-    return u, state._replace(count=count, mu=mu, nu=nu)
+        buffers.append(treedef.flatten_up_to(state.nu_max))
+    outs: list[Any] = [None] * len(gs)
+    packed = _packable(gs, buffers) if pack_mu and pack_nu else []
+    if len(packed) > 1:  # one codec for these leaves (a single leaf: the per-leaf path)
+        stepped = _packed_step(gs, buffers, packed, leaf_step, step_args)
+        for i, out in zip(packed, stepped, strict=True):
+            outs[i] = out
+    for i, g in enumerate(gs):
+        if outs[i] is None:
+            outs[i] = leaf(g, *(b[i] for b in buffers))
+    columns = [treedef.unflatten([out[k] for out in outs]) for k in range(len(buffers) + 1)]
+    new = {"count": count, "mu": columns[1], "nu": columns[2]}
+    if amsgrad:
+        new["nu_max"] = columns[3]
+    return columns[0], state._replace(**new)
+
+
+def _packable(gs: list[Any], buffers: list[list[Any]]) -> list[int]:
+    """The leaves that can share one codec: float32 (or narrower) gradients, and every buffer
+    of the leaf quantized with the same block size (so that all share the leaf's layout)."""
+    out = []
+    for i, g in enumerate(gs):
+        bufs = [b[i] for b in buffers]
+        if (
+            all(_quantize.is_quantized(b) for b in bufs)
+            and len({b.block_size for b in bufs}) == 1
+            and jnp.promote_types(g.dtype, jnp.float32) == jnp.float32
+        ):
+            out.append(i)
+    return out
+
+
+def _packed_step(
+    gs: list[Any],
+    buffers: list[list[Any]],
+    leaves: list[int],
+    leaf_step: LeafStep,
+    args: tuple[ArrayLike, SecondMoment, bool, Callable[[jax.Array], Any] | None, jax.Array],
+) -> list[tuple]:
+    """`step_moments`' per-leaf rule for the leaves `leaves` at once: their gradients and
+    buffers stacked into one matrix per block width (`_quantize.Packing`), each buffer encoded
+    and decoded once for all of them, the update computed on the stack and cut back into
+    leaves. The rule is elementwise, so every value is the per-leaf rule's: the codes, scales
+    and decoded moments bit for bit; the update too, unless XLA rewrites the rule's arithmetic
+    differently in the two programs (seen under sharded `jit`: a 1-ulp difference)."""
+    b1, second, amsgrad, max_of, zero = args
+    bufs = [[b[i] for i in leaves] for b in buffers]
+    layout = _quantize.Packing.of(
+        [tuple(gs[i].shape) for i in leaves], bufs[0][0].block_size, zero=zero
+    )
+
+    def decode(qs):
+        return layout.decode(layout.stack(qs), qs[0].signed)
+
+    def store(xs, qs):
+        signed = qs[0].signed
+        packed = layout.encode(xs, signed)
+        return layout.buffers(packed, signed), layout.decode(packed, signed)
+
+    gws = layout.pack([widen(gs[i]) for i in leaves])
+    m_in = [ema(b1, g, m) for g, m in zip(gws, decode(bufs[0]), strict=True)]
+    m_bufs, m_new = store(m_in, bufs[0])
+    v_in = [second(g, m, v) for g, m, v in zip(gws, m_new, decode(bufs[1]), strict=True)]
+    v_bufs, v_new = store(v_in, bufs[1])
+    columns = [m_bufs, v_bufs]
+    if amsgrad:
+        candidates = v_new if max_of is None else [max_of(v) for v in v_new]
+        maxima = [jnp.maximum(old, c) for old, c in zip(decode(bufs[2]), candidates, strict=True)]
+        max_bufs, v_new = store(maxima, bufs[2])
+        columns.append(max_bufs)
+    us = layout.unpack([leaf_step(g, m, v) for g, m, v in zip(gws, m_new, v_new, strict=True)])
+    us = [u.astype(gs[i].dtype) for i, u in zip(leaves, us, strict=True)]
+    return list(zip(us, *columns, strict=True))
 
 
 def moment_transformation(
@@ -223,6 +311,8 @@ def moment_transformation(
             amsgrad=amsgrad,
             max_of=None if max_of_at is None else max_of_at(count),
             state_cls=state_cls,
+            pack_mu=packs_leaves(mu_dtype),
+            pack_nu=packs_leaves(nu_dtype),
         )
 
     return GradientTransformation(init, update)
