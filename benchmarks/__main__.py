@@ -50,6 +50,12 @@ def main(argv: list[str] | None = None) -> int:
         help="with --quantized: run only this part (repeatable): step times, build times vs "
         "the number of leaves, training quality",
     )
+    parser.add_argument(
+        "--donated-only",
+        action="store_true",
+        help="with --quantized: time only the donated step (each 8-bit build of the 2000-leaf "
+        "tree takes minutes)",
+    )
     args = parser.parse_args(argv)
     if args.quantized:
         from .quantized import main as quantized_main
@@ -60,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             log=lambda s: print(s, flush=True),
             trees=args.tree,
             parts=args.part,
+            donations=(True,) if args.donated_only else (True, False),
         )
     if args.zero1:
         from .zero1 import main as zero1_main

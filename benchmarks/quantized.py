@@ -55,7 +55,10 @@ def _workload(variant: str) -> Workload:
 
 
 def step_table(
-    quick: bool, log: Callable[[str], None], trees: list[str] | None = None
+    quick: bool,
+    log: Callable[[str], None],
+    trees: list[str] | None = None,
+    donations: tuple[bool, ...] = (True, False),
 ) -> list[dict[str, Any]]:
     budget = (
         Budget(min_rounds=3, max_rounds=4, seconds=0.2, warmup=1)
@@ -69,7 +72,7 @@ def step_table(
         params, grads = tree.params(), tree.grads()
         # packing changes nothing on a one-leaf tree; per-leaf is too slow to build on big ones
         variants = VARIANTS + ((PER_LEAF,) if 1 < tree.count <= PER_LEAF_MAX_LEAVES else ())
-        for donate in (True, False):
+        for donate in donations:
             compiled = {
                 v: compile_step(_workload(v), tree, "gradtx", donate, params, grads)
                 for v in variants
@@ -423,12 +426,13 @@ def main(
     log: Callable[[str], None] = print,
     trees: list[str] | None = None,
     parts: list[str] | None = None,
+    donations: tuple[bool, ...] = (True, False),
 ) -> int:
     parts = list(parts or PARTS)
     facts = machine_facts()
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     log(f"8-bit states on {facts['cpu']} ({facts['cpu_count']} cores), load {load}")
-    steps = step_table(quick, log, trees) if "steps" in parts else []
+    steps = step_table(quick, log, trees, donations) if "steps" in parts else []
     builds = build_table(quick, log) if "build" in parts else []
     quality = quality_table(quick, log) if "quality" in parts else None
     end_load = os.getloadavg() if hasattr(os, "getloadavg") else None

@@ -482,10 +482,9 @@ class Packing:
     shapes: tuple[tuple[int, ...], ...]
     block_size: int
     groups: tuple[tuple[int, tuple[tuple[int, int, int], ...]], ...]
-    zero: Any = None
 
     @classmethod
-    def of(cls, shapes: list[tuple[int, ...]], block_size: int, zero: Any = None) -> Packing:
+    def of(cls, shapes: list[tuple[int, ...]], block_size: int) -> Packing:
         groups: dict[int, list[tuple[int, int, int]]] = {}
         offsets: dict[int, int] = {}
         for i, shape in enumerate(shapes):
@@ -493,7 +492,7 @@ class Packing:
             groups.setdefault(width, []).append((i, offsets.get(width, 0), rows))
             offsets[width] = offsets.get(width, 0) + rows
         packed = tuple((w, tuple(members)) for w, members in sorted(groups.items()))
-        return cls(tuple(tuple(s) for s in shapes), block_size, packed, zero)
+        return cls(tuple(tuple(s) for s in shapes), block_size, packed)
 
     def pack(self, xs: list[Any]) -> list[jax.Array]:
         """The stacked matrices of per-leaf arrays `xs` (padding: zeros). One flat
@@ -510,20 +509,17 @@ class Packing:
             mats.append(jnp.concatenate(parts).reshape(total, width))
         return mats
 
-    def _cut(self, mats: list[jax.Array], zero: Any = None) -> list[Any]:
+    def _cut(self, mats: list[jax.Array]) -> list[Any]:
         """Each leaf's rows of the stacked `mats` (codes, values) or vectors (scales)."""
         out: list[Any] = [None] * len(self.shapes)
         for (_, members), m in zip(self.groups, mats, strict=True):
             for i, start, rows in members:
-                if zero is None:
-                    out[i] = m[start : start + rows]
-                else:
-                    out[i] = jax.lax.dynamic_slice_in_dim(m, zero + start, rows, axis=0)
+                out[i] = m[start : start + rows]
         return out
 
     def unpack(self, mats: list[jax.Array]) -> list[jax.Array]:
         """Each leaf's part of the stacked matrices `mats`, in its shape."""
-        parts = self._cut(mats, self.zero)
+        parts = self._cut(mats)
         return [_from_rows(p, shape) for p, shape in zip(parts, self.shapes, strict=True)]
 
     def _valid(self, k: int) -> jax.Array | None:
@@ -574,8 +570,8 @@ class Packing:
         self, packed: list[tuple[jax.Array, jax.Array]], signed: bool
     ) -> list[QuantizedArray]:
         """Each leaf's `QuantizedArray` (its codes and scales) cut from stacked ones."""
-        codes = self._cut([c for c, _ in packed], self.zero)
-        scales = self._cut([s for _, s in packed], self.zero)
+        codes = self._cut([c for c, _ in packed])
+        scales = self._cut([s for _, s in packed])
         return [
             QuantizedArray(_from_rows(c, shape), s, shape, self.block_size, signed)
             for c, s, shape in zip(codes, scales, self.shapes, strict=True)

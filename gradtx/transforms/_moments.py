@@ -190,8 +190,8 @@ def step_moments(
         out = (u.astype(g.dtype), m_buf, v_buf)
         return (*out, max_buf) if amsgrad else out
 
+    step_args = (b1, second, amsgrad, max_of)
     count = safe_increment(state.count)
-    step_args = (b1, second, amsgrad, max_of, jnp.minimum(count, 0))
     treedef = jax.tree.structure(updates)
     gs = treedef.flatten_up_to(updates)
     buffers = [treedef.flatten_up_to(state.mu), treedef.flatten_up_to(state.nu)]
@@ -233,7 +233,7 @@ def _packed_step(
     buffers: list[list[Any]],
     leaves: list[int],
     leaf_step: LeafStep,
-    args: tuple[ArrayLike, SecondMoment, bool, Callable[[jax.Array], Any] | None, jax.Array],
+    args: tuple[ArrayLike, SecondMoment, bool, Callable[[jax.Array], Any] | None],
 ) -> list[tuple]:
     """`step_moments`' per-leaf rule for the leaves `leaves` at once: their gradients and
     buffers stacked into one matrix per block width (`_quantize.Packing`), each buffer encoded
@@ -241,11 +241,9 @@ def _packed_step(
     leaves. The rule is elementwise, so every value is the per-leaf rule's: the codes, scales
     and decoded moments bit for bit; the update too, unless XLA rewrites the rule's arithmetic
     differently in the two programs (seen under sharded `jit`: a 1-ulp difference)."""
-    b1, second, amsgrad, max_of, zero = args
+    b1, second, amsgrad, max_of = args
     bufs = [[b[i] for i in leaves] for b in buffers]
-    layout = _quantize.Packing.of(
-        [tuple(gs[i].shape) for i in leaves], bufs[0][0].block_size, zero=zero
-    )
+    layout = _quantize.Packing.of([tuple(gs[i].shape) for i in leaves], bufs[0][0].block_size)
 
     def decode(qs):
         return layout.decode(layout.stack(qs), qs[0].signed)
