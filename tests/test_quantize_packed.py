@@ -13,6 +13,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import gradtx
 from gradtx import _quantize as Q
+from gradtx._quantize_packing import Packing
 
 
 def _spec(pack: bool) -> gradtx.QuantizedDtype:
@@ -87,7 +88,7 @@ def test_packing_codec_matches_encode_and_decode_per_leaf():
         for s in shapes
     ]
     xs[2] = xs[2].at[9].set(jnp.inf)
-    layout = Q.Packing.of(shapes, 64)
+    layout = Packing.of(shapes, 64)
     assert [w for w, _ in layout.groups] == [40, 45, 64]  # 263 and 13x31 pad their last rows
     for signed in (True, False):
 

@@ -22,7 +22,13 @@ from ..config._from_config import ConfiguredOptimizer, from_normalized
 from ..config._load import read
 from ..config._schema import check_value, did_you_mean
 
-_B = {"beta1": "b1", "beta2": "b2", "eps": "eps"}
+# the fields (and nnabla defaults) of the Adam family's `<type>_param` blocks
+_ADAM_FIELDS: dict[str, tuple[str, Any]] = {
+    "alpha": ("learning_rate", 1e-3),
+    "beta1": ("b1", 0.9),
+    "beta2": ("b2", 0.999),
+    "eps": ("eps", 1e-8),
+}
 # type -> (gradtx solver, {nnabla field: (gradtx argument, nnabla default)}, fixed arguments,
 #          how `solver.weight_decay` applies: "coupled", or the argument taking the rate)
 _SOLVERS: dict[str, tuple[str, dict[str, tuple[str, Any]], dict[str, Any], str]] = {
@@ -53,33 +59,20 @@ _SOLVERS: dict[str, tuple[str, dict[str, tuple[str, Any]], dict[str, Any], str]]
     ),
     "Adam": (
         "nnabla.adam",
-        {
-            "alpha": ("learning_rate", 1e-3),
-            "beta1": ("b1", 0.9),
-            "beta2": ("b2", 0.999),
-            "eps": ("eps", 1e-8),
-        },
+        dict(_ADAM_FIELDS),
         {},
         "coupled",
     ),
     "Adamax": (
         "adamax",
-        {
-            "alpha": ("learning_rate", 2e-3),
-            "beta1": ("b1", 0.9),
-            "beta2": ("b2", 0.999),
-            "eps": ("eps", 1e-8),
-        },
+        {**_ADAM_FIELDS, "alpha": ("learning_rate", 2e-3)},
         {},
         "coupled",
     ),
     "AdaBound": (
         "adabound",
         {
-            "alpha": ("learning_rate", 1e-3),
-            "beta1": ("b1", 0.9),
-            "beta2": ("b2", 0.999),
-            "eps": ("eps", 1e-8),
+            **_ADAM_FIELDS,
             "final_lr": ("final_lr", 0.1),
             "gamma": ("gamma", 1e-3),
         },
@@ -89,10 +82,7 @@ _SOLVERS: dict[str, tuple[str, dict[str, tuple[str, Any]], dict[str, Any], str]]
     "AMSGRAD": (
         "nnabla.amsgrad",
         {
-            "alpha": ("learning_rate", 1e-3),
-            "beta1": ("b1", 0.9),
-            "beta2": ("b2", 0.999),
-            "eps": ("eps", 1e-8),
+            **_ADAM_FIELDS,
             "bias_correction": ("bias_correction", False),
         },
         {},
@@ -101,10 +91,7 @@ _SOLVERS: dict[str, tuple[str, dict[str, tuple[str, Any]], dict[str, Any], str]]
     "AMSBound": (
         "amsbound",
         {
-            "alpha": ("learning_rate", 1e-3),
-            "beta1": ("b1", 0.9),
-            "beta2": ("b2", 0.999),
-            "eps": ("eps", 1e-8),
+            **_ADAM_FIELDS,
             "final_lr": ("final_lr", 0.1),
             "gamma": ("gamma", 1e-3),
             "bias_correction": ("bias_correction", False),
@@ -146,10 +133,7 @@ _SOLVERS: dict[str, tuple[str, dict[str, tuple[str, Any]], dict[str, Any], str]]
     "AdamW": (
         "nnabla.adamw",
         {
-            "alpha": ("learning_rate", 1e-3),
-            "beta1": ("b1", 0.9),
-            "beta2": ("b2", 0.999),
-            "eps": ("eps", 1e-8),
+            **_ADAM_FIELDS,
             "wd": ("weight_decay", 1e-4),
         },
         {},
@@ -193,10 +177,7 @@ _SOLVERS: dict[str, tuple[str, dict[str, tuple[str, Any]], dict[str, Any], str]]
     "AdaBelief": (
         "nnabla.adabelief",
         {
-            "alpha": ("learning_rate", 1e-3),
-            "beta1": ("b1", 0.9),
-            "beta2": ("b2", 0.999),
-            "eps": ("eps", 1e-8),
+            **_ADAM_FIELDS,
             "wd": ("weight_decay", 0.0),
             "amsgrad": ("amsgrad", False),
             "weight_decouple": ("weight_decouple", False),

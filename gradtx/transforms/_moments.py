@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .. import _quantize
+from .. import _quantize, _quantize_packing
 from .._checks import check_in_range, check_moment_dtype, check_non_negative, concrete, expect_state
 from .._core import GradientTransformation
 from .._numerics import (
@@ -236,14 +236,16 @@ def _packed_step(
     args: tuple[ArrayLike, SecondMoment, bool, Callable[[jax.Array], Any] | None],
 ) -> list[tuple]:
     """`step_moments`' per-leaf rule for the leaves `leaves` at once: their gradients and
-    buffers stacked into one matrix per block width (`_quantize.Packing`), each buffer encoded
-    and decoded once for all of them, the update computed on the stack and cut back into
-    leaves. The rule is elementwise, so every value is the per-leaf rule's: the codes, scales
+    buffers stacked into one matrix per block width (`_quantize_packing.Packing`), each buffer
+    encoded and decoded once for all of them, the update computed on the stack and cut back
+    into leaves. The rule is elementwise, so every value is the per-leaf rule's: the codes, scales
     and decoded moments bit for bit; the update too, unless XLA rewrites the rule's arithmetic
     differently in the two programs (seen under sharded `jit`: a 1-ulp difference)."""
     b1, second, amsgrad, max_of = args
     bufs = [[b[i] for i in leaves] for b in buffers]
-    layout = _quantize.Packing.of([tuple(gs[i].shape) for i in leaves], bufs[0][0].block_size)
+    layout = _quantize_packing.Packing.of(
+        [tuple(gs[i].shape) for i in leaves], bufs[0][0].block_size
+    )
 
     def decode(qs):
         return layout.decode(layout.stack(qs), qs[0].signed)
