@@ -44,6 +44,7 @@ SECTION_KEYS: dict[str, dict[str, tuple[str, bool, Any]]] = {
         "eta": ("number", True, None),
         "gamma": ("number", False, 0.55),
         "seed": ("int", False, 0),
+        "truncation": ("number", False, None),
     },
     "nonfinite": {"action": ("str", True, None), "max_consecutive_errors": ("int", False, None)},
     "lr_multipliers": {

@@ -170,7 +170,7 @@ def returnn_config(config: Any) -> tuple[dict[str, Any], dict[str, str]]:
         if sigma < 0:
             raise ConfigError(f"must be >= 0, got {sigma}", "gradient_noise")
         if sigma > 0:
-            out["noise"] = {"eta": float(sigma) ** 2, "gamma": 0.0}
+            out["noise"] = {"eta": float(sigma) ** 2, "gamma": 0.0, "truncation": 2.0}
     nan_filter = raw.get("gradient_nan_inf_filter", False)
     if check_value("bool", nan_filter, "gradient_nan_inf_filter"):
         out["nonfinite"] = {"action": "zero"}
@@ -196,11 +196,12 @@ def from_returnn(config: Any) -> ConfiguredOptimizer:
     `normalizedsgd`, `neuraloptimizer1`, `gradvariancescaled`. As in RETURNN's TF updater,
     `epsilon` defaults to `optimizer_epsilon` (1e-16) for every class taking one, and
     `learning_rate` defaults to 1.0. Gradient options, in RETURNN's order:
-    `accum_grad_multiple_step` (a sum over the steps), `gradient_noise` (Gaussian with that
-    standard deviation; RETURNN truncates it at two standard deviations and draws from TF's
-    generator), `gradient_clip`, `gradient_clip_norm`, `gradient_clip_global_norm` (on the
-    gradient after the steps before it; RETURNN takes the norm of the raw gradient, which is the
-    same unless `gradient_clip` or noise changed it), `gradient_nan_inf_filter`.
+    `accum_grad_multiple_step` (a sum over the steps), `gradient_noise` (a normal with that
+    standard deviation truncated at two of them, as RETURNN's; RETURNN draws from TF's
+    generator, so the samples differ), `gradient_clip`, `gradient_clip_norm`,
+    `gradient_clip_global_norm` (on the gradient after the steps before it; RETURNN takes the
+    norm of the raw gradient, which is the same unless `gradient_clip` or noise changed it),
+    `gradient_nan_inf_filter`.
 
     Args:
       config: RETURNN's optimizer options.

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_non_negative
+from .._checks import check_non_negative, check_positive
 from .._core import GradientTransformation, stateless
 from .._numerics import key_data, safe_increment, widen, zero_count
 from .._typing import ArrayLike
@@ -19,7 +19,12 @@ class AddNoiseState(NamedTuple):
 
 
 def add_noise(
-    eta: ArrayLike, gamma: ArrayLike, seed: Any = None, *, key: Any = None
+    eta: ArrayLike,
+    gamma: ArrayLike = 0.55,
+    seed: Any = None,
+    *,
+    key: Any = None,
+    truncation: float | None = None,
 ) -> GradientTransformation:
     r"""Add annealed Gaussian noise to the updates.
 
@@ -29,16 +34,20 @@ def add_noise(
     The PRNG key lives in the state, so a run is reproducible from `seed` and from a checkpoint.
     The random stream is the one of `optax.add_noise` with the same key (one split per step, then
     one key per leaf). Noise is drawn in float32 for low-precision leaves; updates keep their
-    dtype. RETURNN's `gradient_noise` differs: a constant standard deviation and a normal
-    truncated to two standard deviations.
+    dtype. With `truncation=c`, :math:`\xi_t` is a standard normal truncated to :math:`[-c, c]`
+    (redrawn outside it, as TF's `truncated_normal`; its standard deviation is then below 1:
+    0.880 for c = 2). RETURNN's `gradient_noise=σ` is `add_noise(σ**2, 0.0, truncation=2.0)`.
 
     Args:
       eta: :math:`\eta` >= 0, the variance at the first step.
-      gamma: :math:`\gamma` >= 0, the decay exponent of the variance (0.55 in the paper).
+      gamma: :math:`\gamma` >= 0, the decay exponent of the variance (default 0.55, the
+        paper's value; Optax requires it).
       seed: an integer seed or a PRNG key (`jax.random.key(0)` or a legacy
         `jax.random.PRNGKey(0)`); Optax's third positional argument `key` maps here. None (and
         no `key`) means seed 0.
       key: the same as `seed`, under Optax's name; give at most one of the two.
+      truncation: None (a normal, Optax's stream) or c > 0: a normal truncated to
+        :math:`\pm c` (in units of :math:`\sigma_t`).
 
     Returns:
       A `GradientTransformation` with state `AddNoiseState(count, rng_key)`.
@@ -49,6 +58,8 @@ def add_noise(
     who = "add_noise"
     check_non_negative(who, "eta", eta)
     check_non_negative(who, "gamma", gamma)
+    if truncation is not None:
+        check_positive(who, "truncation", truncation)
     if seed is not None and key is not None:
         raise ValueError(f"{who}: give either seed or key, got seed={seed!r} and key={key!r}")
     seed = key if key is not None else (0 if seed is None else seed)
@@ -68,7 +79,11 @@ def add_noise(
         noisy = []
         for i, g in enumerate(leaves):
             g32 = widen(g)
-            xi = jax.random.normal(keys[i], jnp.shape(g), g32.dtype)
+            if truncation is None:
+                xi = jax.random.normal(keys[i], jnp.shape(g), g32.dtype)
+            else:
+                c = float(truncation)
+                xi = jax.random.truncated_normal(keys[i], -c, c, jnp.shape(g), g32.dtype)
             noisy.append((g32 + std * xi).astype(g.dtype))
         new_state = AddNoiseState(count=count, rng_key=jax.random.key_data(next_key))
         return jax.tree.unflatten(treedef, noisy), new_state

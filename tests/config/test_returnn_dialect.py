@@ -111,10 +111,12 @@ def test_gradient_options_in_returnn_order():
     )
     _close(*run_pair(tx, hand, small_params()))
     noisy = from_returnn({"optimizer": "sgd", "learning_rate": 0.1, "gradient_noise": 0.3})
-    assert noisy.config["noise"] == {"eta": pytest.approx(0.09), "gamma": 0.0}
+    assert noisy.config["noise"] == {"eta": pytest.approx(0.09), "gamma": 0.0, "truncation": 2.0}
     _close(
         *run_pair(
-            noisy, gradtx.chain(gradtx.add_noise(0.09, 0.0, 0), gradtx.sgd(0.1)), small_params()
+            noisy,
+            gradtx.chain(gradtx.add_noise(0.09, 0.0, 0, truncation=2.0), gradtx.sgd(0.1)),
+            small_params(),
         ),
         exact=True,
     )

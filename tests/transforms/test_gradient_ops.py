@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -95,11 +97,46 @@ def test_noise_keeps_low_precision_dtypes():
         (lambda: gradtx.add_noise(0.1, 0.5, 1, key=2), "add_noise: give either seed or key"),
         (lambda: gradtx.add_noise(0.1, 0.5, 1.5), "add_noise: seed must be an integer seed or"),
         (lambda: gradtx.add_noise(0.1, 0.5, True), "add_noise: seed must be an integer seed or"),
+        (lambda: gradtx.add_noise(0.1, truncation=0.0), "add_noise: truncation must be > 0, got"),
     ],
 )
 def test_invalid_arguments_raise(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_truncated_noise_stays_within_c_standard_deviations():
+    """RETURNN's `gradient_noise`: a normal of standard deviation sigma redrawn beyond 2 sigma."""
+    sigma, c = 0.3, 2.0
+    tx = gradtx.add_noise(sigma**2, 0.0, 7, truncation=c)
+    zeros = {"w": jnp.zeros(50_000)}
+    noise = np.asarray(tx.update(zeros, tx.init(zeros))[0]["w"], np.float64)
+    assert np.abs(noise).max() <= c * sigma * (1 + 1e-6)
+    assert np.abs(noise).max() > 0.99 * c * sigma  # the bound is reached, not a narrower one
+    # The standard deviation of a standard normal truncated to [-c, c].
+    phi = np.exp(-(c**2) / 2) / np.sqrt(2 * np.pi)
+    inside = math.erf(c / np.sqrt(2))
+    expected = sigma * np.sqrt(1 - 2 * c * phi / inside)  # 0.880 sigma
+    assert abs(noise.std() / expected - 1) < 0.02
+    assert abs(noise.mean()) < 0.02 * sigma
+    # The same seed without truncation draws a plain normal: wider, and a different stream.
+    plain = gradtx.add_noise(sigma**2, 0.0, 7)
+    untruncated = np.asarray(plain.update(zeros, plain.init(zeros))[0]["w"])
+    assert np.abs(untruncated).max() > 3.5 * sigma
+
+
+def test_gamma_defaults_to_the_papers_value_in_code_and_config():
+    from gradtx.config import from_config
+
+    np.testing.assert_array_equal(
+        _first_updates(gradtx.add_noise(0.1, seed=2)),
+        _first_updates(gradtx.add_noise(0.1, 0.55, 2)),
+    )
+    configured = from_config(
+        {"optimizer": {"name": "sgd", "learning_rate": 1.0}, "noise": {"eta": 0.1}}
+    )
+    by_hand = gradtx.chain(gradtx.add_noise(0.1, 0.55, 0), gradtx.sgd(1.0))
+    np.testing.assert_array_equal(_first_updates(configured), _first_updates(by_hand))
 
 
 def test_traced_eta_and_seed_are_accepted():
