@@ -154,8 +154,24 @@ CENTRAL = [
 ]
 
 
+@pytest.fixture
+def restored_registry():
+    """The config registry as it was: examples register names (`register`'s `my_sgd`), which
+    would otherwise stay for the tests that run after them in this process."""
+    from gradtx.config._registry import _ensure
+
+    reg = _ensure()
+    saved = {k: dict(v) for k, v in reg.entries.items()}, {k: dict(v) for k, v in reg.names.items()}
+    aliases = {id(e): list(e.aliases) for kind in reg.entries.values() for e in kind.values()}
+    yield
+    reg.entries, reg.names = saved
+    for kind in reg.entries.values():
+        for e in kind.values():
+            e.aliases = aliases[id(e)]
+
+
 @pytest.mark.parametrize("module_name", _WITH_DOCTESTS)
-def test_docstring_examples(module_name):
+def test_docstring_examples(module_name, restored_registry):
     runner = doctest.DocTestRunner(optionflags=_FLAGS)
     for test in _doctests(module_name):
         runner.run(test, out=lambda text: None)

@@ -27,13 +27,3 @@ def test_docs_python_blocks_run_and_print_what_the_comments_say():
     ]
     assert printed == expected
     assert namespace["tx"].config["optimizer"]["name"] == "nnabla.adam"  # the RETURNN example
-
-
-def test_docstring_examples_run():
-    import doctest
-
-    from gradtx.config import _from_config, _registry
-
-    for module in (_registry, _from_config):
-        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
-        assert result.attempted > 0 and result.failed == 0, module.__name__
