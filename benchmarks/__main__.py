@@ -50,11 +50,17 @@ def main(argv: list[str] | None = None) -> int:
         help="with --quantized: run only this part (repeatable): step times, build times vs "
         "the number of leaves, training quality",
     )
-    parser.add_argument(
+    donation = parser.add_mutually_exclusive_group()
+    donation.add_argument(
         "--donated-only",
         action="store_true",
         help="with --quantized: time only the donated step (each 8-bit build of the 2000-leaf "
         "tree takes minutes)",
+    )
+    donation.add_argument(
+        "--undonated-only",
+        action="store_true",
+        help="with --quantized: time only the undonated step",
     )
     args = parser.parse_args(argv)
     if args.quantized:
@@ -66,7 +72,11 @@ def main(argv: list[str] | None = None) -> int:
             log=lambda s: print(s, flush=True),
             trees=args.tree,
             parts=args.part,
-            donations=(True,) if args.donated_only else (True, False),
+            donations=(True,)
+            if args.donated_only
+            else (False,)
+            if args.undonated_only
+            else (True, False),
         )
     if args.zero1:
         from .zero1 import main as zero1_main

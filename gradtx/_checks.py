@@ -124,8 +124,17 @@ def check_float_dtype(who: str, name: str, dtype: Any) -> None:
     An integer buffer would silently truncate the moments to integers (training then stalls or
     diverges); quantized storage is a separate, explicit feature.
     """
+    from ._quantize import is_quantized_dtype
+
     if dtype is None:
         return
+    if is_quantized_dtype(dtype):
+        raise ValueError(
+            f"{who}: {name} must be a floating-point dtype, got {dtype!r}: 8-bit storage is "
+            "for the moment buffers that take it (mu_dtype / nu_dtype of the moment-based "
+            "optimizers), not for sums or copies, which it would round at every step; "
+            "jnp.bfloat16 halves this buffer instead"
+        )
     try:
         np.dtype(dtype)
     except TypeError:

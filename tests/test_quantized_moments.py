@@ -237,6 +237,13 @@ def test_sharded_state_steps_on_8_devices():
             r"scale_by_lion: mu_dtype must be a floating",
         ),
         (lambda: gradtx.sgd(1e-3, 0.9, accumulator_dtype=jnp.int8), r"trace: accumulator_dtype"),
+        (
+            lambda: gradtx.accumulate_k_steps(
+                gradtx.adam(1e-3), 4, accumulator_dtype=gradtx.quantized()
+            ),
+            r"accumulate_k_steps: accumulator_dtype must be a floating-point dtype, got "
+            r"quantized\(.*8-bit storage is for the moment buffers.*jnp.bfloat16 halves",
+        ),
     ],
 )
 def test_plain_integer_dtypes_still_raise(make, message):
