@@ -152,9 +152,9 @@ def quantized(
         results cut back out (a few more bytes moved per value), and under sharded `jit`
         stacking leaves of different shardings makes XLA gather them (the results and their
         shardings stay correct): pass False for states sharded across devices (ZeRO / FSDP).
-        Packing needs both moments' specs to allow it and applies to the moment engine's
-        rules (the Adam family); `lion` and `sgd` momentum encode per leaf. A tree with a
-        single quantized leaf is not stacked.
+        Packing needs both moments' specs to allow it (the Adam family) and applies to
+        `lion`'s momentum and `sgd`'s momentum (`trace`) too. A tree with a single quantized
+        leaf is not stacked.
 
     Returns:
       A `QuantizedDtype` spec.

@@ -149,6 +149,20 @@ class Packing:
             for c, s, shape in zip(codes, scales, self.shapes, strict=True)
         ]
 
+    def read(self, qs: list[QuantizedArray]) -> list[jax.Array]:
+        """The float32 stacked matrices that per-leaf buffers `qs` (laid out as `self`) hold."""
+        return self.decode(self.stack(qs), qs[0].signed)
+
+    def store(
+        self, mats: list[jax.Array], qs: list[QuantizedArray]
+    ) -> tuple[list[QuantizedArray], list[jax.Array]]:
+        """`(new buffers, values)`: stacked `mats` encoded once as the new values of per-leaf
+        buffers `qs` (their code), cut into each leaf's buffer, and the float32 stacked
+        matrices they now hold (packed `_numerics.stored`)."""
+        signed = qs[0].signed
+        packed = self.encode(mats, signed)
+        return self.buffers(packed, signed), self.decode(packed, signed)
+
     def stack(self, qs: list[QuantizedArray]) -> list[tuple[jax.Array, jax.Array]]:
         """Stacked `(codes, scales)` of per-leaf buffers `qs` (laid out as `self`)."""
         codes = self.pack([q.codes for q in qs])

@@ -80,6 +80,32 @@ def test_packed_is_bit_identical_to_per_leaf():
     assert np.all(np.isfinite(np.asarray(Q.decode(mu["rows64"]))))  # other leaves stay finite
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda q: gradtx.lion(0.01, mu_dtype=q),
+        lambda q: gradtx.sgd(0.1, momentum=0.9, nesterov=True, accumulator_dtype=q),
+    ],
+    ids=["lion", "sgd_nesterov"],
+)
+def test_one_buffer_rules_pack_bit_identically(make):
+    # Lion's momentum and `trace` (one buffer, `step_buffer`): row and flat blocks, a bf16 leaf,
+    # a float32 leaf; the third step brings a NaN, an infinity and 3e38.
+    full = _params()
+    params = {k: full[k] for k in ("rows40", "rows45", "flat", "half", "tiny")}
+    packed, per_leaf = make(_spec(True)), make(_spec(False))
+    sp, sl = packed.init(params), per_leaf.init(params)
+    step_p, step_l = jax.jit(packed.update), jax.jit(per_leaf.update)
+    for step in range(3):
+        g = {k: v for k, v in _grads(full, step).items() if k in params}
+        up, sp = step_p(g, sp, params)
+        ul, sl = step_l(g, sl, params)
+        _assert_bit_identical(up, ul)
+        _assert_bit_identical(sp, sl)
+    jaxpr = str(jax.make_jaxpr(packed.update)(g, sp, params))
+    assert jaxpr.count("cond[") == 1  # one codec for the four quantized leaves
+
+
 def test_packing_codec_matches_encode_and_decode_per_leaf():
     rng = np.random.default_rng(1)
     shapes = [(24, 40), (10, 64), (263,), (13, 31), (7, 45), (64,)]

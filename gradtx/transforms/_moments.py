@@ -247,14 +247,7 @@ def _packed_step(
         [tuple(gs[i].shape) for i in leaves], bufs[0][0].block_size
     )
 
-    def decode(qs):
-        return layout.decode(layout.stack(qs), qs[0].signed)
-
-    def store(xs, qs):
-        signed = qs[0].signed
-        packed = layout.encode(xs, signed)
-        return layout.buffers(packed, signed), layout.decode(packed, signed)
-
+    decode, store = layout.read, layout.store
     gws = layout.pack([widen(gs[i]) for i in leaves])
     m_in = [ema(b1, g, m) for g, m in zip(gws, decode(bufs[0]), strict=True)]
     m_bufs, m_new = store(m_in, bufs[0])
@@ -269,6 +262,42 @@ def _packed_step(
     us = layout.unpack([leaf_step(g, m, v) for g, m, v in zip(gws, m_new, v_new, strict=True)])
     us = [u.astype(gs[i].dtype) for i, u in zip(leaves, us, strict=True)]
     return list(zip(us, *columns, strict=True))
+
+
+# A rule with one state buffer: (g, m_{t-1}) -> (m_t before it is stored, finish), where
+# `finish(m_t as stored)` gives the update; elementwise, so that it runs on stacked leaves.
+BufferRule = Callable[[jax.Array, jax.Array], tuple[jax.Array, Callable[[jax.Array], jax.Array]]]
+
+
+def step_buffer(
+    rule: BufferRule, updates: Updates, buffer: Any, *, pack: bool = True
+) -> tuple[Updates, Any]:
+    """`(updates, new buffer)` of a one-buffer rule (Lion's momentum, `trace`'s 8-bit form):
+    `rule` gets the widened gradient and the buffer as read (`_numerics.read`); the new value is
+    stored like the old (`_numerics.stored`) and `finish` reads it back. With `pack`
+    (`gradtx.quantized(pack_leaves=...)`) the quantized leaves share one codec as in
+    `step_moments`, bit-identical to the per-leaf path. Updates keep the gradients' dtypes."""
+    treedef = jax.tree.structure(updates)
+    gs, ms = treedef.flatten_up_to(updates), treedef.flatten_up_to(buffer)
+    outs: list[Any] = [None] * len(gs)
+    packed = _packable(gs, [ms]) if pack else []
+    if len(packed) > 1:  # one codec for these leaves (a single leaf: the per-leaf path)
+        qs = [ms[i] for i in packed]
+        layout = _quantize_packing.Packing.of(
+            [tuple(gs[i].shape) for i in packed], qs[0].block_size
+        )
+        gws = layout.pack([widen(gs[i]) for i in packed])
+        pairs = [rule(g, m) for g, m in zip(gws, layout.read(qs), strict=True)]
+        bufs, values = layout.store([x for x, _ in pairs], qs)
+        us = layout.unpack([finish(v) for (_, finish), v in zip(pairs, values, strict=True)])
+        for i, u, b in zip(packed, us, bufs, strict=True):
+            outs[i] = (u.astype(gs[i].dtype), b)
+    for i, g in enumerate(gs):
+        if outs[i] is None:
+            x, finish = rule(widen(g), read(ms[i]))
+            buf, value = stored(x, ms[i])
+            outs[i] = (finish(value).astype(g.dtype), buf)
+    return treedef.unflatten([o[0] for o in outs]), treedef.unflatten([o[1] for o in outs])
 
 
 def moment_transformation(

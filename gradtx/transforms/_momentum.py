@@ -10,9 +10,10 @@ import jax
 from .. import _quantize
 from .._checks import check_float_dtype, check_in_range, check_moment_dtype, check_non_negative
 from .._core import GradientTransformation
-from .._numerics import as_stored, read, safe_increment, stored, value_at, widen, zero_count
+from .._numerics import as_stored, safe_increment, value_at, widen, zero_count
 from .._typing import ScalarOrSchedule, Updates
 from ..tree import assert_same_structure, map_split, zeros_like
+from ._moments import packs_leaves, step_buffer
 
 
 class TraceState(NamedTuple):
@@ -63,13 +64,12 @@ def trace(
         assert_same_structure("trace", updates=updates, **{"state.trace": trace_view})
         mu = value_at(decay, state.count)
         if quantized:  # the update reads the new buffer as stored
-            buffers, values = map_split(
-                lambda g, t: stored(widen(g) + mu * read(t), t), 2, updates, state.trace
-            )
-            if nesterov:
-                out = jax.tree.map(lambda g, t: (g + mu * t).astype(g.dtype), updates, values)
-            else:
-                out = jax.tree.map(lambda g, t: t.astype(g.dtype), updates, values)
+
+            def rule(g, t):
+                return g + mu * t, (lambda new: g + mu * new) if nesterov else (lambda new: new)
+
+            pack = packs_leaves(accumulator_dtype)
+            out, buffers = step_buffer(rule, updates, state.trace, pack=pack)
             return out, TraceState(count=safe_increment(state.count), trace=buffers)
         new_trace = jax.tree.map(lambda g, t: (g + mu * t).astype(t.dtype), updates, state.trace)
         if nesterov:

@@ -17,11 +17,12 @@ from .._checks import (
     check_positive,
 )
 from .._core import GradientTransformation, stateless
-from .._numerics import read, safe_increment, store, widen, zero_count
+from .._numerics import safe_increment, zero_count
 from .._typing import ArrayLike, Updates
-from ..tree import assert_same_structure, map_split, zeros_like
+from ..tree import assert_same_structure, zeros_like
 from ._elementwise import elementwise
 from ._moments import ema as _ema
+from ._moments import packs_leaves, step_buffer
 
 LION_MODES = ("hard", "smooth", "refined")
 
@@ -108,12 +109,10 @@ def scale_by_lion(
         del params, extra_args
         assert_same_structure(who, updates=updates, **{"state.mu": _quantize.as_leaves(state.mu)})
 
-        def leaf(g, m):
-            gw, mv = widen(g), read(m)
-            u = squash(_ema(b1, gw, mv))
-            return u.astype(g.dtype), store(_ema(b2, gw, mv), m)
+        def rule(g, m):  # the update reads the old momentum
+            return _ema(b2, g, m), lambda _: squash(_ema(b1, g, m))
 
-        updates, mu = map_split(leaf, 2, updates, state.mu)
+        updates, mu = step_buffer(rule, updates, state.mu, pack=packs_leaves(mu_dtype))
         return updates, ScaleByLionState(count=safe_increment(state.count), mu=mu)
 
     return GradientTransformation(init, update)
