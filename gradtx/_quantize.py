@@ -42,6 +42,7 @@ Quantization" (ICLR 2022); Li et al., "Memory Efficient Optimizers with 4-bit St
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -449,8 +450,28 @@ def zeros(leaf: Any, spec: QuantizedDtype, signed: bool, fill_value: Any = 0.0) 
     """A quantized buffer for parameter leaf `leaf` (array or `ShapeDtypeStruct`) holding
     `fill_value` everywhere."""
     shape = tuple(leaf.shape) if hasattr(leaf, "shape") else tuple(np.shape(leaf))
-    full = jnp.full(shape, fill_value, jnp.float32)
-    return encode(full, block_size=spec.block_size, signed=signed)
+    value = None
+    if not isinstance(fill_value, jax.core.Tracer) and np.ndim(fill_value) == 0:
+        with np.errstate(over="ignore"):  # a value beyond float32 becomes inf, as in encode
+            value = np.float32(fill_value)
+    if value is None or not (value == 0 or np.finfo(np.float32).tiny <= abs(value) < np.inf):
+        # traced, not a scalar, non-finite or denormal (which the CPU flushes in a block's
+        # maximum): encoded as a whole
+        full = jnp.full(shape, fill_value, jnp.float32)
+        return encode(full, block_size=spec.block_size, signed=signed)
+    # Every block of a constant holds the same code and scale: those of a one-value array,
+    # through one small compiled encoder (encoding the whole leaf op by op took seconds).
+    code, scale = _constant_code(value, block_size=spec.block_size, signed=signed)
+    codes = jnp.full(shape, code, code.dtype)
+    scales = jnp.full((_num_blocks(shape, spec.block_size),), scale, jnp.float32)
+    return QuantizedArray(codes, scales, shape, spec.block_size, signed)
+
+
+@functools.partial(jax.jit, static_argnames=("block_size", "signed"))
+def _constant_code(value: jax.Array, *, block_size: int, signed: bool) -> tuple:
+    """`(code, scale)` of every block of an array filled with `value`."""
+    q = encode(jnp.full((1,), value, jnp.float32), block_size=block_size, signed=signed)
+    return q.codes[0], q.scale[0]
 
 
 def state_buffer(leaf: Any, dtype: Any, *, signed: bool, fill_value: Any = 0.0) -> Any:

@@ -176,3 +176,23 @@ def test_fast_and_exact_paths_give_the_same_codes(codec):
 def test_quantized_rejects_invalid_arguments(kwargs, message):
     with pytest.raises(ValueError, match="^quantized: " + message):
         gradtx.quantized(**kwargs)
+
+
+@pytest.mark.parametrize("signed", [True, False], ids=["signed", "unsigned"])
+def test_constant_buffers_equal_encoding_the_constant(signed):
+    # `zeros` (every state's init) fills each block with one encoded value instead of encoding
+    # the leaf; the result is bit-identical, including the values it encodes as a whole
+    # (denormals, which the CPU flushes in a block's maximum, and non-finite ones).
+    spec = gradtx.quantized(block_size=64, min_size=16)
+    values = [0.0, -0.0, 1e-8, 0.1, 3.0, -2.0, 1e30, 3e38, 1.2e-38, 1e-40, float("inf"), np.nan]
+    encode = jax.jit(lambda x: Q.encode(x, block_size=64, signed=signed))
+    for shape in [(24, 40), (257,), (13, 31)]:  # row blocks; flat with a last block of 1; flat
+        leaf = jax.ShapeDtypeStruct(shape, jnp.float32)
+        for c in values:
+            got = Q.zeros(leaf, spec, signed, c)
+            ref = encode(jnp.full(shape, c, jnp.float32))
+            assert got.codes.dtype == ref.codes.dtype and got.scale.shape == ref.scale.shape
+            np.testing.assert_array_equal(np.asarray(got.codes), np.asarray(ref.codes), str(c))
+            np.testing.assert_array_equal(
+                np.asarray(got.scale).view(np.uint32), np.asarray(ref.scale).view(np.uint32), str(c)
+            )
