@@ -119,7 +119,9 @@ def test_measure_with_ema_matches_optax(measure, use_jit):
     ours, state = _measurements(gradtx.measure_with_ema(measure, 0.9), grads, params, use_jit)
     ref, _ = _measurements(optax.measure_with_ema(measure, 0.9), grads, params, use_jit)
     for i, (a, b) in enumerate(zip(ours, ref, strict=True)):
-        assert_trees_close(a, b, 1e-5, 1e-7, msg=f"step {i}")
+        # atol 1e-6: the "tree" measure's sum cancels (terms ~1, sum ~6e-3), so its rounding
+        # error is that of the terms, not of the sum
+        assert_trees_close(a, b, 1e-5, 1e-6, msg=f"step {i}")
     # a boolean measurement is averaged in float32 from init on (Optax's init buffer is bool)
     init_state = gradtx.measure_with_ema(measure, 0.9).init(params)
     assert jax.tree.map(lambda x: x.dtype, init_state) == jax.tree.map(lambda x: x.dtype, state)
