@@ -186,7 +186,7 @@ def test_constant_buffers_equal_encoding_the_constant(signed):
     spec = gradtx.quantized(block_size=64, min_size=16)
     values = [0.0, -0.0, 1e-8, 0.1, 3.0, -2.0, 1e30, 3e38, 1.2e-38, 1e-40, float("inf"), np.nan]
     encode = jax.jit(lambda x: Q.encode(x, block_size=64, signed=signed))
-    for shape in [(24, 40), (257,), (13, 31)]:  # row blocks; flat with a last block of 1; flat
+    for shape in [(24, 40), (257,)]:  # row blocks; flat blocks with a last block of 1
         leaf = jax.ShapeDtypeStruct(shape, jnp.float32)
         for c in values:
             got = Q.zeros(leaf, spec, signed, c)
