@@ -21,6 +21,7 @@ from ..config._errors import ConfigError, join
 from ..config._from_config import ConfiguredOptimizer, from_normalized
 from ..config._load import read
 from ..config._schema import check_value, did_you_mean
+from . import _nntxt
 
 # the fields (and nnabla defaults) of the Adam family's `<type>_param` blocks
 _ADAM_FIELDS: dict[str, tuple[str, Any]] = {
@@ -215,17 +216,6 @@ _SOLVER_FIELDS = {
     *_SCHEDULER_BLOCKS.values(),
 }
 _OPTIMIZER_FIELDS = {"solver", "update_interval", "parameter_variable"}
-_LOOP_FIELDS = {
-    "name",
-    "order",
-    "network_name",
-    "dataset_name",
-    "data_variable",
-    "generator_variable",
-    "loss_variable",
-    "start_iter",
-    "end_iter",
-}
 
 
 def _number(value: Any, path: str) -> Any:
@@ -371,11 +361,17 @@ def _solver(solver: Mapping[str, Any], comm_size: int) -> tuple[dict[str, Any], 
 
 
 def nnabla_config(
-    config: Any, *, comm_size: int = 1, apply_multipliers: bool = False
+    config: Any, *, comm_size: int = 1, apply_multipliers: bool = False, name: str | None = None
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The gradtx config equivalent to an nnabla optimizer config, and the map from its paths
     to the nnabla fields they came from."""
-    raw, _ = read(config, "nnabla config")
+    loaded = _nntxt.load(config)
+    if loaded is None:
+        raw, where = read(config, "nnabla config")
+        if "optimizer" in raw or name is not None:  # a whole NNablaProtoBuf as a dict
+            raw = _nntxt.optimizer_message(raw, where, name)
+    else:
+        raw = _nntxt.optimizer_message(*loaded, name)
     if isinstance(comm_size, bool) or not isinstance(comm_size, int) or comm_size < 1:
         raise ConfigError(f"from_nnabla: comm_size must be an integer >= 1, got {comm_size!r}")
     if "solver" in raw:
@@ -384,7 +380,7 @@ def nnabla_config(
                 continue
             why = (
                 " (a training-loop setting, not an optimizer one; remove it)"
-                if key in _LOOP_FIELDS
+                if key in _nntxt.LOOP_FIELDS
                 else did_you_mean(str(key), _OPTIMIZER_FIELDS)
             )
             raise ConfigError(f"unsupported optimizer field {key!r}{why}", str(key))
@@ -409,13 +405,15 @@ def nnabla_config(
 
 
 def from_nnabla(
-    config: Any, *, comm_size: int = 1, apply_multipliers: bool = False
+    config: Any, *, comm_size: int = 1, apply_multipliers: bool = False, name: str | None = None
 ) -> ConfiguredOptimizer:
     """Build the gradtx optimizer that nnabla builds from an optimizer configuration.
 
-    `config` is nnabla's `Optimizer` message (with `solver`, `update_interval`,
-    `parameter_variable`) or its `Solver` message alone, as a dict or a YAML / JSON file or
-    string, with nnabla's field names::
+    `config` is nnabla's own training file (`.nntxt` / `.prototxt`, protobuf text of
+    `NNablaProtoBuf`: its `optimizer` message named `name`, or its only one), or nnabla's
+    `Optimizer` message (with `solver`, `update_interval`, `parameter_variable`) or its `Solver`
+    message alone, as protobuf text, a dict or a YAML / JSON file or string, with nnabla's field
+    names::
 
         solver:
           type: Adam
@@ -444,6 +442,10 @@ def from_nnabla(
       comm_size: the number of data-parallel workers; step counts of the schedulers are divided
         by it as nnabla's loader does.
       apply_multipliers: scale each parameter's updates by its `learning_rate_multiplier`.
+      name: which `optimizer` of a whole training file to build (needed when it has several).
+        The training-loop fields of an `optimizer` message (`network_name`, `dataset_name`,
+        `loss_variable`, `start_iter`, ...) are left to the loop; in a lone `Optimizer` dict
+        they raise an error.
 
     Returns:
       A `ConfiguredOptimizer`; `to_config` gives the equivalent gradtx config.
@@ -453,7 +455,9 @@ def from_nnabla(
 
     Reference: nnabla `utils/load.py` (`_create_optimizer`), `utils/cli/train.py`.
     """
-    native, paths = nnabla_config(config, comm_size=comm_size, apply_multipliers=apply_multipliers)
+    native, paths = nnabla_config(
+        config, comm_size=comm_size, apply_multipliers=apply_multipliers, name=name
+    )
     try:
         return from_normalized(native, "nnabla")
     except ConfigError as e:
