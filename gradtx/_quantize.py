@@ -270,17 +270,22 @@ def _nearest_fast(y: jax.Array, signed: bool) -> jax.Array:
     previous decade, or it is 0 or 1). Indicators are `min`/`max` of integers: no compares."""
     lowest = 1.0 if signed else 0.0
     d = jnp.clip(jnp.floor(jnp.log10(jnp.maximum(y, 1e-30))) + 7.0, lowest, 6.0)
-    # n (entries in the decade) and n_prev (in the one below) are powers of two 2^e: dividing
-    # by them is multiplying by 2^-e, exactly; written so, because XLA:CPU keeps a division by
-    # a `maximum(...)` a division (the unsigned code took 3x the signed one's time for that)
+    # n (entries in the decade) and n_prev (in the one below) are powers of two: dividing by
+    # them is multiplying by their inverses (`inv_n`, `inv_prev`), exactly. Written so because
+    # XLA:CPU keeps a division by a `maximum(...)` a division: the unsigned code took 2-3x the
+    # signed one's time for that.
     if signed:
-        e, e_prev = d, d - 1.0
-        start = jnp.exp2(d) - 1.0
+        n, inv_n = jnp.exp2(d), jnp.exp2(-d)
+        start = n - 1.0
+        inv_prev = 2.0 * inv_n
     else:
         first = jnp.minimum(d, 1.0)  # 0 in decade 0 (one entry), else 1
-        e, e_prev = (d + 1.0) * first, d * jnp.minimum(d - 1.0, 1.0)  # 2^0 below decade 2
-        start = jnp.exp2(e) - 2.0 * first
-    n, inv_n, inv_prev = jnp.exp2(e), jnp.exp2(-e), jnp.exp2(-e_prev)
+        e = (d + 1.0) * first
+        n, inv_n = jnp.exp2(e), jnp.exp2(-e)
+        start = n - 2.0 * first
+        # decade 0 has one entry, so n_prev = 1 in decade 1 (else n / 2); in decade 0 it is
+        # unused (`above_lowest` is 0 there)
+        inv_prev = 2.0 * inv_n + 0.5 * jnp.maximum(1.0 - jnp.abs(d - 1.0), 0.0)
     u = _exp10(d - 6.0)
     step = u * 0.9 * inv_n
     t = y * _exp10(6.0 - d)  # y within its decade: in [0.1, 1)
