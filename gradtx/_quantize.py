@@ -30,9 +30,10 @@ or :math:`2^{d+1}` (unsigned) equal steps, plus 0 and 1. Changes from the paper'
 Rounding is to the nearest table entry, so the error of a value is at most half the gap between
 the two entries around :math:`x / A_b`, times :math:`A_b`: at most :math:`0.45 \cdot 10^{d-6} /
 2^{d}` in decade :math:`d` of the signed code (0.7% of :math:`A_b` near 1), half that for the
-unsigned one (on :math:`\sqrt{v}`). Encoding and decoding are arithmetic only (`log10`, `exp`,
-`round`, `min`/`max`, `sign`: no table gather, no search, no compare or select, which XLA:CPU runs
-slowly); a leaf holding a NaN or an infinity is encoded by an exact compare-based path instead.
+unsigned one (on :math:`\sqrt{v}`). Encoding is arithmetic only (`log10`, `exp`, `round`,
+`min`/`max`, `sign`: no search, no compare or select, which XLA:CPU runs slowly); a leaf holding
+a NaN or an infinity is encoded by an exact compare-based path instead. Decoding looks each code
+up in the 256 values that the same arithmetic gives.
 
 Reference: Dettmers, Lewis, Shleifer, Zettlemoyer, "8-bit Optimizers via Block-wise
 Quantization" (ICLR 2022); Li et al., "Memory Efficient Optimizers with 4-bit States" (NeurIPS
