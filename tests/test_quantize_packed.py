@@ -60,6 +60,21 @@ def _assert_bit_identical(a, b):
         np.testing.assert_array_equal(_bits(x), _bits(y), err_msg=f"leaf {i}")
 
 
+def _step_both_ways(make, params, steps):
+    """`make(spec)` packed and per leaf stepped on `_grads` under jit, every update and state
+    checked bit for bit; the packed state, the last gradients and the packed transformation."""
+    packed, per_leaf = make(_spec(True)), make(_spec(False))
+    sp, sl = packed.init(params), per_leaf.init(params)
+    step_p, step_l = jax.jit(packed.update), jax.jit(per_leaf.update)
+    for step in range(steps):
+        g = _grads(params, step)
+        up, sp = step_p(g, sp, params)
+        ul, sl = step_l(g, sl, params)
+        _assert_bit_identical(up, ul)
+        _assert_bit_identical(sp, sl)
+    return sp, g, packed
+
+
 @optimized
 def test_packed_is_bit_identical_to_per_leaf():
     # AMSGrad: Adam's two buffers and a third (nu_max) through the same packed code; one case,
@@ -67,16 +82,8 @@ def test_packed_is_bit_identical_to_per_leaf():
     # float32 in tests/test_quantized_moments.py, packed by default).
     params = _params()
     make = lambda q: gradtx.amsgrad(0.01, mu_dtype=q, nu_dtype=q)
-    packed, per_leaf = make(_spec(True)), make(_spec(False))
-    sp, sl = packed.init(params), per_leaf.init(params)
-    _assert_bit_identical(sp, sl)
-    step_p, step_l = jax.jit(packed.update), jax.jit(per_leaf.update)
-    for step in range(5):
-        g = _grads(params, step)
-        up, sp = step_p(g, sp, params)
-        ul, sl = step_l(g, sl, params)
-        _assert_bit_identical(up, ul)
-        _assert_bit_identical(sp, sl)
+    _assert_bit_identical(make(_spec(True)).init(params), make(_spec(False)).init(params))
+    sp, _, _ = _step_both_ways(make, params, 5)
     mu = sp[0].mu
     assert Q.is_quantized(mu["flat"]) and not Q.is_quantized(mu["tiny"])
     assert np.isnan(np.asarray(Q.decode(mu["flat"]))[5])  # the NaN stays visible
@@ -96,15 +103,7 @@ def test_one_buffer_rules_pack_bit_identically(make):
     # Lion's momentum and `trace` (one buffer, `step_buffer`): row and flat blocks, a bf16 leaf,
     # a float32 leaf; the third step brings a NaN, an infinity and 3e38.
     params = _params()
-    packed, per_leaf = make(_spec(True)), make(_spec(False))
-    sp, sl = packed.init(params), per_leaf.init(params)
-    step_p, step_l = jax.jit(packed.update), jax.jit(per_leaf.update)
-    for step in range(3):
-        g = _grads(params, step)
-        up, sp = step_p(g, sp, params)
-        ul, sl = step_l(g, sl, params)
-        _assert_bit_identical(up, ul)
-        _assert_bit_identical(sp, sl)
+    sp, g, packed = _step_both_ways(make, params, 3)
     jaxpr = str(jax.make_jaxpr(packed.update)(g, sp, params))
     assert jaxpr.count("cond[") == 1  # one codec for the four quantized leaves
 

@@ -47,6 +47,16 @@ def _looks_like_path(text: str) -> bool:
     return "\n" not in text and (text.strip().endswith(_SUFFIXES) or os.path.isfile(text))
 
 
+def read_text(path: Path, what: str = "config") -> str:
+    """The text of the `what` file `path`; a missing or unreadable file is a `ConfigError`."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{what} file not found: {str(path)!r}") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read the {what} file {str(path)!r}: {e}") from None
+
+
 def read(source: Any, what: str = "config") -> tuple[dict[str, Any], str]:
     """`(mapping, where)` from a dict, a file path, or YAML / JSON text.
 
@@ -57,12 +67,7 @@ def read(source: Any, what: str = "config") -> tuple[dict[str, Any], str]:
         return dict(source), "<dict>"
     if isinstance(source, os.PathLike) or (isinstance(source, str) and _looks_like_path(source)):
         path = Path(os.fspath(source))
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ConfigError(f"{what} file not found: {str(path)!r}") from None
-        except OSError as e:
-            raise ConfigError(f"cannot read the {what} file {str(path)!r}: {e}") from None
+        text = read_text(path, what)
         where = str(path)
         data = _parse_json(text, where) if path.suffix == ".json" else _parse_yaml(text, where)
     elif isinstance(source, str):
@@ -94,4 +99,4 @@ def dump(config: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
         raise ConfigError(f"to_config: path must end in .yaml, .yml or .json, got {str(target)!r}")
 
 
-__all__ = ["dump", "read"]
+__all__ = ["dump", "read", "read_text"]

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ..config._errors import ConfigError
+from ..config._load import read_text
 from ..config._schema import did_you_mean
 
 SUFFIXES = (".nntxt", ".prototxt")
@@ -122,10 +123,7 @@ class _Parser:
         if colon:
             self.i += 1
         _, text, offset = self.peek()
-        if text in ("{", "<"):
-            self.i += 1
-            return self.message("}" if text == "{" else ">")
-        if not colon:
+        if not colon and text not in ("{", "<"):
             self.fail(offset, f"expected ':' or '{{' after the field name, got {text!r}")
         if text == "[":
             self.i += 1
@@ -133,12 +131,12 @@ class _Parser:
             while self.peek()[1] != "]":
                 if items:
                     self.take(",")
-                items.append(self.field_value_item())
+                items.append(self.message_or_scalar())
             self.i += 1
             return items
-        return self.scalar()
+        return self.message_or_scalar()
 
-    def field_value_item(self) -> Any:
+    def message_or_scalar(self) -> Any:
         if self.peek()[1] in ("{", "<"):
             text = self.take()[1]
             return self.message("}" if text == "{" else ">")
@@ -184,12 +182,7 @@ def load(source: Any) -> tuple[dict[str, Any], str] | None:
         path = Path(os.fspath(source))
         if path.suffix not in SUFFIXES:
             return None
-        try:
-            return parse(path.read_text(encoding="utf-8"), str(path)), str(path)
-        except FileNotFoundError:
-            raise ConfigError(f"nnabla config file not found: {str(path)!r}") from None
-        except OSError as e:
-            raise ConfigError(f"cannot read the nnabla config file {str(path)!r}: {e}") from None
+        return parse(read_text(path, "nnabla config"), str(path)), str(path)
     if isinstance(source, str) and looks_like_nntxt(source):
         return parse(source), "<string>"
     return None

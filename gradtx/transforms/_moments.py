@@ -246,18 +246,18 @@ def _packed_step(
     layout = _quantize_packing.Packing.of(
         [tuple(gs[i].shape) for i in leaves], bufs[0][0].block_size
     )
-
-    decode, store = layout.read, layout.store
     gws = layout.pack([widen(gs[i]) for i in leaves])
-    m_in = [ema(b1, g, m) for g, m in zip(gws, decode(bufs[0]), strict=True)]
-    m_bufs, m_new = store(m_in, bufs[0])
-    v_in = [second(g, m, v) for g, m, v in zip(gws, m_new, decode(bufs[1]), strict=True)]
-    v_bufs, v_new = store(v_in, bufs[1])
+    m_in = [ema(b1, g, m) for g, m in zip(gws, layout.read(bufs[0]), strict=True)]
+    m_bufs, m_new = layout.store(m_in, bufs[0])
+    v_in = [second(g, m, v) for g, m, v in zip(gws, m_new, layout.read(bufs[1]), strict=True)]
+    v_bufs, v_new = layout.store(v_in, bufs[1])
     columns = [m_bufs, v_bufs]
     if amsgrad:
         candidates = v_new if max_of is None else [max_of(v) for v in v_new]
-        maxima = [jnp.maximum(old, c) for old, c in zip(decode(bufs[2]), candidates, strict=True)]
-        max_bufs, v_new = store(maxima, bufs[2])
+        maxima = [
+            jnp.maximum(old, c) for old, c in zip(layout.read(bufs[2]), candidates, strict=True)
+        ]
+        max_bufs, v_new = layout.store(maxima, bufs[2])
         columns.append(max_bufs)
     us = layout.unpack([leaf_step(g, m, v) for g, m, v in zip(gws, m_new, v_new, strict=True)])
     us = [u.astype(gs[i].dtype) for i, u in zip(leaves, us, strict=True)]
