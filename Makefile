@@ -29,6 +29,7 @@ test: $(STAMP_TEST)
 lint: $(STAMP_TEST)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 typecheck: $(STAMP_TEST)
 	$(VENV)/bin/mypy

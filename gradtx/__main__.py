@@ -1,37 +1,8 @@
-"""The gradtx command line: `python -m gradtx <command> [options]`."""
-
-from __future__ import annotations
+"""`python -m gradtx`: a shim to the command line in `gradtx.cli`."""
 
 import sys
 
-COMMANDS = {
-    "demo": "train a small model with gradtx and plot it",
-    "describe": "print the optimizer a config builds: chain, hyperparameters, lr",
-    "plot-schedule": "plot a config's learning-rate schedule to an image",
-}
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m gradtx <command> [options]\n\ncommands:")
-        for name, help_ in COMMANDS.items():
-            print(f"  {name:14s} {help_}")
-        return 0 if argv else 2
-    command, rest = argv[0], argv[1:]
-    if command == "demo":
-        from ._demo import main as demo
-
-        return demo(rest)
-    if command in ("describe", "plot-schedule"):
-        from ._cli import COMMANDS as CONFIG_COMMANDS
-
-        return CONFIG_COMMANDS[command][0](rest)
-    from ._checks import did_you_mean
-
-    print(f"unknown command {command!r}{did_you_mean(command, COMMANDS)}", file=sys.stderr)
-    return 2
-
+from .cli import main as main
 
 if __name__ == "__main__":
     sys.exit(main())

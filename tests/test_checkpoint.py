@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import gradtx
-from gradtx import _checkpoint_io
+from gradtx.checkpoint import _io as _checkpoint_io
 
 from .helpers import grad_sequence, mixed_params
 

@@ -26,7 +26,7 @@ CHILD = r"""
 import os, sys, time
 import jax.numpy as jnp
 import gradtx
-from gradtx import _checkpoint_io as io
+from gradtx.checkpoint import _io as io
 
 path, marker, point = sys.argv[1:4]
 state = {"big": jnp.full((3_000_000,), 2.0, jnp.float32), "count": jnp.asarray(20, jnp.int32)}

@@ -9,7 +9,7 @@ import pytest
 
 import gradtx
 from gradtx import __main__ as cli
-from gradtx import _demo
+from gradtx.cli import _demo
 
 
 def test_demo_trains_every_optimizer_of_its_config_and_writes_table_and_plot(tmp_path, capsys):
@@ -94,10 +94,10 @@ def test_demo_rejects_bad_configs_and_flags_before_training(
 def test_the_demo_config_ships_with_the_package():
     from importlib.resources import files
 
-    assert (files("gradtx") / "demo.yaml").is_file()
+    assert (files("gradtx.cli") / "demo.yaml").is_file()
     pyproject = (Path(gradtx.__file__).parent.parent / "pyproject.toml").read_text()
     # installed (non-editable) copies have it too
-    assert 'gradtx = ["py.typed", "demo.yaml"]' in pyproject
+    assert 'gradtx = ["py.typed", "cli/demo.yaml"]' in pyproject
 
 
 def test_cli_lists_commands_and_suggests_close_matches(capsys):

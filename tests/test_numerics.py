@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gradtx import _numerics as num
+from gradtx._base import _numerics as num
 
 
 def test_safe_increment_saturates_instead_of_wrapping():

@@ -1,5 +1,5 @@
-"""The block-wise dynamic 8-bit codec (gradtx/_quantize.py): tables, nearest rounding within the
-code's bound per block, and non-finite values."""
+"""The block-wise dynamic 8-bit codec (gradtx/state/_quantize.py): tables, nearest rounding
+within the code's bound per block, and non-finite values."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import gradtx
-from gradtx import _quantize as Q
+from gradtx.state import _quantize as Q
 
 BLOCK = 64
 

@@ -12,8 +12,8 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import gradtx
-from gradtx import _quantize as Q
-from gradtx._quantize_packing import Packing
+from gradtx.state import _quantize as Q
+from gradtx.state._packing import Packing
 
 # Packed and per-leaf steps are different programs: their bit-identity is checked as users
 # compile them (XLA's full optimization, see tests/conftest.py).

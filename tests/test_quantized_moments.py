@@ -12,7 +12,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import gradtx
-from gradtx import _quantize as Q
+from gradtx.state import _quantize as Q
 
 from .helpers import mixed_params
 

@@ -19,6 +19,15 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..core import chain
+from ..transforms import add_noise as add_noise_tx
+from ..transforms import clip as clip_tx
+from ..transforms import clip_by_global_norm, clip_by_norm, scale
+from ..transforms import weight_decay as weight_decay_tx
+from ..wrappers import accumulate_k_steps as accumulate_k_steps_tx
+from ..wrappers import apply_if_finite, zero_nans
+from ..wrappers import ema_params as ema_params_tx
+from ..wrappers import lr_multipliers as lr_multipliers_tx
 from ._errors import ConfigError, join
 from ._registry import lookup
 from ._schema import param_kind, params_of
@@ -145,8 +154,6 @@ def _decoupled_rate(rate: Any, lr: Any) -> Any:
 
 
 def _core(config: Mapping[str, Any]) -> Any:
-    import gradtx
-
     solver = build_optimizer(config["optimizer"])
     wd = config.get("weight_decay")
     if wd is None:
@@ -154,8 +161,8 @@ def _core(config: Mapping[str, Any]) -> Any:
     rate = _argument("scalar_or_schedule", wd["rate"], "weight_decay.rate")
     mask = wd.get("mask")
     if wd["mode"] == "coupled":
-        decay = call(gradtx.weight_decay, {"rate": rate, "mask": mask}, "weight_decay")
-        return gradtx.chain(decay, solver)
+        decay = call(weight_decay_tx, {"rate": rate, "mask": mask}, "weight_decay")
+        return chain(decay, solver)
     lr = built_learning_rate(config)
     if lr is None:
         raise ConfigError(
@@ -164,50 +171,48 @@ def _core(config: Mapping[str, Any]) -> Any:
             "weight_decay.mode",
         )
     decay = call(
-        gradtx.weight_decay,
+        weight_decay_tx,
         {"rate": _decoupled_rate(rate, lr), "mask": mask},
         "weight_decay",
         {"rate": "rate", "mask": "mask"},
     )
-    return gradtx.chain(solver, gradtx.scale(-1.0), decay, gradtx.scale(-1.0))
+    return chain(solver, scale(-1.0), decay, scale(-1.0))
 
 
 def build(config: Mapping[str, Any]) -> Any:
     """The `GradientTransformation` of a normalized config."""
-    import gradtx
-
     tx = _core(config)
     mult = config.get("lr_multipliers")
     if mult is not None:
         kwargs = {"rules": mult["rules"], "tx": tx}
         kwargs.update({k: mult[k] for k in ("default", "strict") if k in mult})
-        tx = call(gradtx.lr_multipliers, kwargs, "lr_multipliers")
+        tx = call(lr_multipliers_tx, kwargs, "lr_multipliers")
     pre = []
     noise = config.get("noise")
     if noise is not None:
-        pre.append(call(gradtx.add_noise, noise, "noise"))
+        pre.append(call(add_noise_tx, noise, "noise"))
     clip = config.get("clip", {})
     for key, factory, arg in (
-        ("value", gradtx.clip, "max_delta"),
-        ("norm", gradtx.clip_by_norm, "max_norm"),
-        ("global_norm", gradtx.clip_by_global_norm, "max_norm"),
+        ("value", clip_tx, "max_delta"),
+        ("norm", clip_by_norm, "max_norm"),
+        ("global_norm", clip_by_global_norm, "max_norm"),
     ):
         if clip.get(key) is not None:
             pre.append(call(factory, {arg: clip[key]}, "clip", {arg: key}))
     nonfinite = config.get("nonfinite")
     if nonfinite is not None and nonfinite["action"] == "zero":
-        pre.append(gradtx.zero_nans())
+        pre.append(zero_nans())
     if pre:
-        tx = gradtx.chain(*pre, tx)
+        tx = chain(*pre, tx)
     if nonfinite is not None and nonfinite["action"] == "skip":
         n = nonfinite["max_consecutive_errors"]
-        tx = call(gradtx.apply_if_finite, {"tx": tx, "max_consecutive_errors": n}, "nonfinite")
+        tx = call(apply_if_finite, {"tx": tx, "max_consecutive_errors": n}, "nonfinite")
     acc = config.get("accumulate")
     if acc is not None:
-        tx = call(gradtx.accumulate_k_steps, {"tx": tx, **acc}, "accumulate")
+        tx = call(accumulate_k_steps_tx, {"tx": tx, **acc}, "accumulate")
     ema = config.get("ema")
     if ema is not None:
-        tx = gradtx.chain(tx, call(gradtx.ema_params, ema, "ema"))
+        tx = chain(tx, call(ema_params_tx, ema, "ema"))
     return tx
 
 

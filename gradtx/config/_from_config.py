@@ -10,7 +10,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from .._core import GradientTransformation
+from ..core._transformation import GradientTransformation
 from ._build import build, built_learning_rate
 from ._load import read
 from ._schema import validate

@@ -19,9 +19,6 @@ Optimizers added to those modules later are found the same way, with no list to 
 from __future__ import annotations
 
 import difflib
-import importlib
-import inspect
-import pkgutil
 import re
 import threading
 from collections.abc import Callable, Iterable
@@ -128,60 +125,30 @@ def _describe(factory: Any) -> str:
     return f"{module}.{getattr(factory, '__qualname__', type(factory).__name__)}"
 
 
-def _returns(fn: Any, text: str) -> bool:
-    try:
-        annotation = inspect.signature(fn).return_annotation
-    except (TypeError, ValueError):
-        return False
-    if annotation is inspect.Signature.empty:
-        return False
-    shown = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
-    return text in str(shown)
-
-
-def _is_optimizer_factory(name: str, fn: Any) -> bool:
-    return (
-        inspect.isfunction(fn)
-        and not name.startswith(("_", "scale_by_", "from_"))
-        and _returns(fn, "GradientTransformation")
-    )
-
-
 def _discover() -> None:
-    import gradtx
-    from gradtx import contrib, nnabla, optimizers, returnn, schedules
+    """Register the catalog's factories (`config._catalog`, imported here: it imports every
+    optimizer module, which the registry's users need not load to register their own)."""
+    from ._catalog import PREFIXED_ONLY, entries
 
     reg = _REGISTRY
-    for info in sorted(pkgutil.iter_modules(optimizers.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{optimizers.__name__}.{info.name}")
-        for name in getattr(module, "__all__", ()):
-            fn = getattr(module, name, None)
-            if callable(fn):
-                reg.add("optimizer", name, fn, "gradtx")
-    top_level = {n for n in dir(gradtx) if not n.startswith("_")}
-    for name in sorted(n for n in dir(contrib) if not n.startswith("_")):
-        fn = getattr(contrib, name)
-        if not _is_optimizer_factory(name, fn):
-            continue
-        taken = normalize(name) in reg.entries["optimizer"] or name in top_level
-        canonical = f"contrib.{name}" if taken else name
-        aliases = [] if taken else [f"contrib.{name}"]
-        reg.add("optimizer", canonical, fn, "contrib", aliases)
-    for namespace in (nnabla, returnn):
-        prefix = namespace.__name__.rsplit(".", 1)[-1]
-        for name in getattr(namespace, "__all__", ()):
-            fn = getattr(namespace, name, None)
-            if fn is not None and _is_optimizer_factory(name, fn):
-                reg.add("optimizer", f"{prefix}.{name}", fn, prefix)
+    top_level: set[str] = set()
     seen: dict[int, Entry] = {}
-    for name in schedules.__all__:
-        fn = getattr(schedules, name)
-        if name == "plot" or not inspect.isfunction(fn) or not _returns(fn, "Schedule"):
-            continue
-        if id(fn) in seen:
-            reg.alias("schedule", name, seen[id(fn)])
+    for section, name, fn in entries():
+        if section.kind == "schedule":
+            if id(fn) in seen:
+                reg.alias("schedule", name, seen[id(fn)])
+            else:
+                seen[id(fn)] = reg.add("schedule", name, fn, section.origin)
+        elif section.origin == "gradtx":
+            top_level.add(normalize(name))
+            reg.add("optimizer", name, fn, "gradtx")
+        elif section.origin == "contrib":
+            taken = normalize(name) in top_level or name in PREFIXED_ONLY
+            canonical = f"contrib.{name}" if taken else name
+            aliases = [] if taken else [f"contrib.{name}"]
+            reg.add("optimizer", canonical, fn, "contrib", aliases)
         else:
-            seen[id(fn)] = reg.add("schedule", name, fn, "gradtx")
+            reg.add("optimizer", f"{section.prefix}{name}", fn, section.origin)
 
 
 def _ensure() -> _Registry:

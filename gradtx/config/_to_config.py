@@ -6,7 +6,7 @@ import copy
 import os
 from typing import Any
 
-from .._core import GradientTransformation
+from ..core._transformation import GradientTransformation
 from ._errors import ConfigError
 from ._from_config import ConfiguredOptimizer, load_config
 from ._load import dump

@@ -7,12 +7,13 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-import gradtx
-
-from .._checks import alias_errors, check_in_range, check_non_negative
-from .._core import GradientTransformation
-from .._numerics import abs_sq, as_stored, bias_correction, safe_increment, widen, zero_count
-from .._typing import ArrayLike, ScalarOrSchedule, Updates
+from .._base._checks import alias_errors, check_in_range, check_non_negative
+from .._base._numerics import abs_sq, bias_correction, safe_increment, widen, zero_count
+from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
+from ..core._transformation import GradientTransformation, chain
+from ..state._buffers import as_stored
+from ..transforms._decay import weight_decay as weight_decay_tx
+from ..transforms._scaling import scale_by_learning_rate
 from ..tree import assert_same_structure, map_split, zeros_like
 
 
@@ -147,10 +148,10 @@ def acprop(
     Reference: Zhuang et al., "Momentum Centering and Asynchronous Update for Adaptive Gradient
     Methods" (NeurIPS 2021), arXiv:2110.05454.
     """
-    return gradtx.chain(
+    return chain(
         scale_by_acprop(b1, b2, eps, eps_root, nu_dtype=nu_dtype),
-        gradtx.weight_decay(weight_decay, mask),
-        gradtx.scale_by_learning_rate(learning_rate),
+        weight_decay_tx(weight_decay, mask),
+        scale_by_learning_rate(learning_rate),
     )
 
 

@@ -7,20 +7,13 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-import gradtx
-
-from .._checks import alias_errors, check_in_range, check_non_negative
-from .._core import GradientTransformation
-from .._numerics import (
-    abs_sq,
-    as_stored,
-    bias_correction,
-    safe_increment,
-    value_at,
-    widen,
-    zero_count,
-)
-from .._typing import ArrayLike, ScalarOrSchedule, Updates
+from .._base._checks import alias_errors, check_in_range, check_non_negative
+from .._base._numerics import abs_sq, bias_correction, safe_increment, value_at, widen, zero_count
+from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
+from ..core._transformation import GradientTransformation, chain
+from ..state._buffers import as_stored
+from ..transforms._decay import weight_decay as weight_decay_tx
+from ..transforms._scaling import scale_by_learning_rate
 from ..tree import assert_same_structure, map_split, zeros_like
 
 
@@ -181,10 +174,10 @@ def ademamix(
     Reference: Pagliardini et al., "The AdEMAMix Optimizer: Better, Faster, Older" (2024),
     arXiv:2409.03137.
     """
-    return gradtx.chain(
+    return chain(
         scale_by_ademamix(b1, b2, b3, alpha, eps, eps_root, mu_dtype),
-        gradtx.weight_decay(weight_decay, mask),
-        gradtx.scale_by_learning_rate(learning_rate),
+        weight_decay_tx(weight_decay, mask),
+        scale_by_learning_rate(learning_rate),
     )
 
 
@@ -294,10 +287,10 @@ def simplified_ademamix(
     Reference: Morwani et al., "Connections between Schedule-Free Optimizers, AdEMAMix, and
     Accelerated SGD Variants" (2025), arXiv:2502.02431.
     """
-    return gradtx.chain(
+    return chain(
         scale_by_simplified_ademamix(b1, b2, alpha, eps, eps_root),
-        gradtx.weight_decay(weight_decay, mask),
-        gradtx.scale_by_learning_rate(learning_rate),
+        weight_decay_tx(weight_decay, mask),
+        scale_by_learning_rate(learning_rate),
     )
 
 

@@ -8,12 +8,12 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-import gradtx
-
-from .._checks import alias_errors, check_in_range, check_non_negative
-from .._core import GradientTransformation
-from .._numerics import abs_sq, as_stored, safe_increment, widen, zero_count
-from .._typing import ArrayLike, ScalarOrSchedule, Updates
+from .._base._checks import alias_errors, check_in_range, check_non_negative
+from .._base._numerics import abs_sq, safe_increment, widen, zero_count
+from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
+from ..core._transformation import GradientTransformation, chain
+from ..state._buffers import as_stored
+from ..transforms._scaling import scale_by_learning_rate
 from ..tree import assert_same_structure, map_split, zeros_like
 
 
@@ -148,7 +148,7 @@ def adopt(
     Reference: Taniguchi et al., "ADOPT: Modified Adam Can Converge with Any beta2 with the
     Optimal Rate" (NeurIPS 2024).
     """
-    return gradtx.chain(
+    return chain(
         scale_by_adopt(
             b1,
             b2,
@@ -158,7 +158,7 @@ def adopt(
             use_clipping=use_clipping,
             clip_value_fn=clip_value_fn,
         ),
-        gradtx.scale_by_learning_rate(learning_rate),
+        scale_by_learning_rate(learning_rate),
     )
 
 

@@ -6,12 +6,12 @@ from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 
-import gradtx
-
-from .._checks import alias_errors, check_non_negative, check_positive
-from .._core import GradientTransformation, chain, require_params
-from .._numerics import widen
-from .._typing import ArrayLike, Params, ScalarOrSchedule, Updates
+from .._base._checks import alias_errors, check_non_negative, check_positive
+from .._base._numerics import widen
+from .._base._typing import ArrayLike, Params, ScalarOrSchedule, Updates
+from ..core._transformation import GradientTransformation, chain, require_params
+from ..transforms._decay import weight_decay as weight_decay_tx
+from ..transforms._scaling import scale_by_learning_rate
 from ..tree import assert_same_structure, full_like, map_split, zeros_like
 from ._dog import snapshot
 
@@ -155,7 +155,7 @@ def cocob(
     """
     check_non_negative("cocob", "weight_decay", weight_decay)
     return chain(
-        gradtx.weight_decay(weight_decay, mask),
-        gradtx.scale_by_learning_rate(learning_rate, flip_sign=False),
+        weight_decay_tx(weight_decay, mask),
+        scale_by_learning_rate(learning_rate, flip_sign=False),
         scale_by_cocob(alpha, eps),
     )

@@ -9,10 +9,10 @@ import jax
 import jax.numpy as jnp
 
 from .. import tree as gtree
-from .._checks import alias_errors, check_non_negative, check_positive
-from .._core import GradientTransformation, require_params
-from .._numerics import safe_increment, value_at, widen, zero_count
-from .._typing import ArrayLike, ScalarOrSchedule, Updates
+from .._base._checks import alias_errors, check_non_negative, check_positive
+from .._base._numerics import safe_increment, value_at, widen, zero_count
+from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
+from ..core._transformation import GradientTransformation, require_params
 from ._dog import scalar_dtype
 from ._prodigy import _adam_correction, check_betas, safe_estimate
 

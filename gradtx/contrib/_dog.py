@@ -12,13 +12,13 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-import gradtx
-
 from .. import tree as gtree
-from .._checks import alias_errors, check_non_negative, check_one_of, check_positive
-from .._core import GradientTransformation, chain, identity, require_params
-from .._numerics import wide_float, widen
-from .._typing import ArrayLike, Params, ScalarOrSchedule, Updates
+from .._base._checks import alias_errors, check_non_negative, check_one_of, check_positive
+from .._base._numerics import wide_float, widen
+from .._base._typing import ArrayLike, Params, ScalarOrSchedule, Updates
+from ..core._transformation import GradientTransformation, chain, identity, require_params
+from ..transforms._decay import weight_decay as weight_decay_tx
+from ..transforms._scaling import scale_by_learning_rate
 
 # --------------------------------------------------------------------------------------------
 # Shared by the parameter-free methods of gradtx.contrib
@@ -189,9 +189,9 @@ def dog(
     Size Schedule" (ICML 2023). Matches `optax.contrib.dog` (Optax 0.2.8).
     """
     return chain(
-        gradtx.weight_decay(weight_decay, mask) if weight_decay is not None else identity(),
+        weight_decay_tx(weight_decay, mask) if weight_decay is not None else identity(),
         scale_by_dog(init_step, eps),
-        gradtx.scale_by_learning_rate(learning_rate),
+        scale_by_learning_rate(learning_rate),
     )
 
 
@@ -309,7 +309,7 @@ def dowg(
     Gradient Descent Method" (NeurIPS 2023). Matches `optax.contrib.dowg` (Optax 0.2.8).
     """
     return chain(
-        gradtx.weight_decay(weight_decay, mask) if weight_decay is not None else identity(),
+        weight_decay_tx(weight_decay, mask) if weight_decay is not None else identity(),
         scale_by_dowg(init_estim_sq_dist, eps),
-        gradtx.scale_by_learning_rate(learning_rate),
+        scale_by_learning_rate(learning_rate),
     )

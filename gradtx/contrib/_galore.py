@@ -9,12 +9,14 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-import gradtx
-
-from .._checks import alias_errors, check_int
-from .._core import GradientTransformation
-from .._numerics import cond, safe_increment, widen, zero_count
-from .._typing import OptState, Updates
+from .. import tree as gtree
+from .._base._checks import alias_errors, check_int
+from .._base._numerics import cond, safe_increment, widen, zero_count
+from .._base._typing import OptState, Updates
+from ..core._transformation import GradientTransformation, chain
+from ..transforms._adam import scale_by_adam
+from ..transforms._decay import weight_decay as weight_decay_tx
+from ..transforms._scaling import scale_by_learning_rate
 
 
 class GaLoreDimensionNumbers(NamedTuple):
@@ -152,7 +154,7 @@ def scale_by_galore(
     who = "scale_by_galore"
     check_int(who, "rank", rank, minimum=1)
     check_int(who, "update_proj_gap", update_proj_gap, minimum=1)
-    base = gradtx.scale_by_adam() if base_optimizer is None else base_optimizer
+    base = scale_by_adam() if base_optimizer is None else base_optimizer
     if not (callable(getattr(base, "init", None)) and callable(getattr(base, "update", None))):
         raise TypeError(
             f"{who}: base_optimizer must be a GradientTransformation, got {type(base).__name__}"
@@ -183,7 +185,7 @@ def scale_by_galore(
         for x, mat in zip(leaves, mats, strict=True):
             if mat is None:
                 projectors.append(jnp.zeros((0, 0), x.dtype))
-                proxies.append(gradtx.tree.zeros_like(x))
+                proxies.append(gtree.zeros_like(x))
             else:
                 projectors.append(jnp.zeros(mat.projector_shape(), x.dtype))
                 proxies.append(jnp.zeros(mat.low_rank_shape(), x.dtype))
@@ -283,10 +285,10 @@ def galore(
     Reference: Zhao et al., "GaLore: Memory-Efficient LLM Training by Gradient Low-Rank
     Projection" (ICML 2024), arXiv:2403.03507.
     """
-    return gradtx.chain(
+    return chain(
         scale_by_galore(rank, update_proj_gap, scale, base_optimizer, weight_dimension_numbers),
-        gradtx.weight_decay(weight_decay, mask),
-        gradtx.scale_by_learning_rate(learning_rate),
+        weight_decay_tx(weight_decay, mask),
+        scale_by_learning_rate(learning_rate),
     )
 
 

@@ -7,12 +7,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-import gradtx
-
-from .._checks import alias_errors, check_in_range, check_non_negative
-from .._core import GradientTransformation, require_params
-from .._numerics import safe_increment, value_at, widen, zero_count
-from .._typing import ArrayLike, Params, ScalarOrSchedule, Updates
+from .._base._checks import alias_errors, check_in_range, check_non_negative
+from .._base._numerics import safe_increment, value_at, widen, zero_count
+from .._base._typing import ArrayLike, Params, ScalarOrSchedule, Updates
+from ..core._transformation import GradientTransformation, chain, require_params
+from ..transforms._decay import weight_decay as weight_decay_tx
 from ..tree import assert_same_structure, map_split, zeros_like
 
 
@@ -127,8 +126,8 @@ def madgrad(
     Reference: Defazio & Jelassi, "Adaptivity without Compromise: A Momentumized, Adaptive, Dual
     Averaged Gradient Method for Stochastic Optimization" (2021), arXiv:2101.11075.
     """
-    return gradtx.chain(
-        gradtx.weight_decay(weight_decay),
+    return chain(
+        weight_decay_tx(weight_decay),
         scale_by_madgrad(learning_rate, momentum, eps),
     )
 

@@ -8,10 +8,10 @@ import jax
 import jax.numpy as jnp
 
 from .. import tree as gtree
-from .._checks import check_int, check_non_negative, check_positive
-from .._core import GradientTransformation, forward_extra_args, require_params
-from .._numerics import safe_increment, widen, zero_count
-from .._typing import ArrayLike, OptState, Params
+from .._base._checks import check_int, check_non_negative, check_positive
+from .._base._numerics import safe_increment, widen, zero_count
+from .._base._typing import ArrayLike, OptState, Params
+from ..core._transformation import GradientTransformation, forward_extra_args, require_params
 from ._dog import scalar_dtype, snapshot
 from ._schedule_free import check_transformation
 

@@ -11,10 +11,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_in_range, check_non_negative, check_scalar, concrete
-from .._core import GradientTransformation, require_params
-from .._numerics import abs_sq, safe_increment, value_at, wide_float, widen, zero_count
-from .._typing import ArrayLike, ScalarOrSchedule, Updates
+from .._base._checks import check_in_range, check_non_negative, check_scalar, concrete
+from .._base._numerics import abs_sq, safe_increment, value_at, wide_float, widen, zero_count
+from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
+from ..core._transformation import GradientTransformation, require_params
 from ..tree import assert_same_structure, map_split, norm, vdot, zeros_like
 
 # Optax's "no step" threshold on the squared norm of the momentum: float64's epsilon.

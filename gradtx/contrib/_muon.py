@@ -12,13 +12,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import gradtx
-
-from .._checks import alias_errors, check_in_range, check_int, check_non_negative, check_one_of
-from .._core import EmptyState, GradientTransformation, chain
-from .._numerics import bias_correction, safe_increment, widen, zero_count
-from .._typing import ArrayLike, Params, ScalarOrSchedule, Updates
+from .._base._checks import (
+    alias_errors,
+    check_in_range,
+    check_int,
+    check_non_negative,
+    check_one_of,
+)
+from .._base._numerics import bias_correction, safe_increment, widen, zero_count
+from .._base._typing import ArrayLike, Params, ScalarOrSchedule, Updates
+from ..core._transformation import EmptyState, GradientTransformation, chain
+from ..optimizers._adam import adamw
+from ..transforms._decay import weight_decay as weight_decay_tx
+from ..transforms._scaling import scale_by_learning_rate
 from ..tree import zeros_like
+from ..wrappers._partition import multi_transform
 
 _PRECONDITIONINGS = ("frobenius", "spectral", "aol", "schatten")
 _DEFAULT_NS_COEFFS = (3.4445, -4.7750, 2.0315)
@@ -473,7 +481,7 @@ def muon(
     # Inside the "muon" branch the AdamW leaves are pruned (None), so one MuonDimensionNumbers
     # (or the user's tree or function) covers exactly the Muon leaves.
     branch_spec = MuonDimensionNumbers() if spec is None else spec
-    return gradtx.multi_transform(
+    return multi_transform(
         {
             "muon": chain(
                 scale_by_muon(
@@ -488,10 +496,10 @@ def muon(
                     weight_dimension_numbers=branch_spec,
                 ),
                 scale_by_shape(branch_spec, consistent_rms),
-                gradtx.weight_decay(weight_decay, weight_decay_mask),
-                gradtx.scale_by_learning_rate(learning_rate),
+                weight_decay_tx(weight_decay, weight_decay_mask),
+                scale_by_learning_rate(learning_rate),
             ),
-            "adam": gradtx.adamw(
+            "adam": adamw(
                 adam_learning_rate,
                 adam_b1,
                 adam_b2,

@@ -7,12 +7,12 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-import gradtx
-
-from .._checks import alias_errors, check_non_negative
-from .._core import GradientTransformation
-from .._numerics import key_data, widen
-from .._typing import ArrayLike, ScalarOrSchedule
+from .._base._checks import alias_errors, check_non_negative
+from .._base._numerics import key_data, widen
+from .._base._typing import ArrayLike, ScalarOrSchedule
+from ..core._transformation import GradientTransformation, chain, identity
+from ..transforms._momentum import trace
+from ..transforms._scaling import scale_by_learning_rate
 
 
 class DifferentiallyPrivateAggregateState(NamedTuple):
@@ -141,10 +141,10 @@ def dpsgd(
     """
     if nesterov and momentum is None:
         raise ValueError("dpsgd: nesterov=True needs a momentum value, got momentum=None")
-    return gradtx.chain(
+    return chain(
         differentially_private_aggregate(l2_norm_clip, noise_multiplier, seed=seed),
-        gradtx.trace(momentum, nesterov) if momentum is not None else gradtx.identity(),
-        gradtx.scale_by_learning_rate(learning_rate),
+        trace(momentum, nesterov) if momentum is not None else identity(),
+        scale_by_learning_rate(learning_rate),
     )
 
 

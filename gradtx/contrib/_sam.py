@@ -13,10 +13,15 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_int
-from .._core import EmptyState, GradientTransformation, forward_extra_args, require_params
-from .._numerics import widen
-from .._typing import OptState, Params
+from .._base._checks import check_int
+from .._base._numerics import widen
+from .._base._typing import OptState, Params
+from ..core._transformation import (
+    EmptyState,
+    GradientTransformation,
+    forward_extra_args,
+    require_params,
+)
 from ..tree import assert_same_structure, norm, zeros_like
 
 NormalizeState = EmptyState

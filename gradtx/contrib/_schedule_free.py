@@ -8,12 +8,21 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-import gradtx
-
-from .._checks import alias_errors, check_in_range, check_int, check_non_negative, check_scalar
-from .._core import GradientTransformation, chain, forward_extra_args, require_params
-from .._numerics import safe_increment, value_at, widen
-from .._typing import ArrayLike, OptState, Params, ScalarOrSchedule
+from .._base._checks import (
+    alias_errors,
+    check_in_range,
+    check_int,
+    check_non_negative,
+    check_scalar,
+)
+from .._base._numerics import safe_increment, value_at, widen
+from .._base._typing import ArrayLike, OptState, Params, ScalarOrSchedule
+from ..core._transformation import GradientTransformation, chain, forward_extra_args, require_params
+from ..optimizers._sgd import sgd
+from ..schedules import warmup_constant_schedule
+from ..transforms._adaptive import scale_by_rms
+from ..transforms._decay import weight_decay as weight_decay_tx
+from ..transforms._scaling import scale_by_learning_rate
 from ..tree import assert_same_structure, map_split
 from ._dog import scalar_dtype, snapshot
 
@@ -200,7 +209,7 @@ def _warmed_up(learning_rate: ArrayLike, warmup_steps: int | None) -> ScalarOrSc
     check_scalar("schedule_free", "learning_rate", learning_rate)  # a warm-up would broadcast it
     if warmup_steps is None:
         return learning_rate
-    return gradtx.warmup_constant_schedule(
+    return warmup_constant_schedule(
         init_value=0.0, peak_value=learning_rate, warmup_steps=warmup_steps
     )
 
@@ -260,9 +269,9 @@ def schedule_free_sgd(
     """
     _check_warmup("schedule_free_sgd", warmup_steps)
     lr = _warmed_up(learning_rate, warmup_steps)
-    optimizer = gradtx.sgd(lr)
+    optimizer = sgd(lr)
     if weight_decay is not None:
-        optimizer = chain(gradtx.weight_decay(weight_decay), optimizer)
+        optimizer = chain(weight_decay_tx(weight_decay), optimizer)
     return schedule_free(
         optimizer, lr, b1=b1, weight_lr_power=weight_lr_power, state_dtype=state_dtype
     )
@@ -324,9 +333,9 @@ def schedule_free_adamw(
     _check_warmup("schedule_free_adamw", warmup_steps)
     lr = _warmed_up(learning_rate, warmup_steps)
     optimizer = chain(
-        gradtx.scale_by_rms(b2, eps, eps_in_sqrt=False, bias_correction=True),
-        gradtx.weight_decay(weight_decay),
-        gradtx.scale_by_learning_rate(lr),
+        scale_by_rms(b2, eps, eps_in_sqrt=False, bias_correction=True),
+        weight_decay_tx(weight_decay),
+        scale_by_learning_rate(lr),
     )
     return schedule_free(
         optimizer, lr, b1=b1, weight_lr_power=weight_lr_power, state_dtype=state_dtype

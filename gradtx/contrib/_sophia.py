@@ -7,20 +7,13 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-import gradtx
-
-from .._checks import alias_errors, check_in_range, check_int, check_positive
-from .._core import GradientTransformation, forward_extra_args, require_params
-from .._numerics import (
-    as_stored,
-    bias_correction,
-    cond,
-    key_data,
-    safe_increment,
-    widen,
-    zero_count,
-)
-from .._typing import ArrayLike, OptState, ScalarOrSchedule, Updates
+from .._base._checks import alias_errors, check_in_range, check_int, check_positive
+from .._base._numerics import bias_correction, cond, key_data, safe_increment, widen, zero_count
+from .._base._typing import ArrayLike, OptState, ScalarOrSchedule, Updates
+from ..core._transformation import GradientTransformation, chain, forward_extra_args, require_params
+from ..state._buffers import as_stored
+from ..transforms._decay import weight_decay as weight_decay_tx
+from ..transforms._scaling import scale_by_learning_rate
 from ..tree import assert_same_structure, map_split, size, zeros_like
 
 
@@ -276,7 +269,7 @@ def sophia(
     Reference: Liu et al., "Sophia: A Scalable Stochastic Second-order Optimizer for Language
     Model Pre-training" (ICLR 2024), arXiv:2305.14342.
     """
-    return gradtx.chain(
+    return chain(
         scale_by_sophia(
             b1,
             b2,
@@ -289,8 +282,8 @@ def sophia(
             verbose,
             print_win_rate_every_n_steps,
         ),
-        gradtx.weight_decay(weight_decay, weight_decay_mask),
-        gradtx.scale_by_learning_rate(learning_rate),
+        weight_decay_tx(weight_decay, weight_decay_mask),
+        scale_by_learning_rate(learning_rate),
     )
 
 

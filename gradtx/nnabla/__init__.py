@@ -7,13 +7,13 @@ at the top level. `from_nnabla` builds an optimizer from nnabla's optimizer conf
 public API, re-exported explicitly; no logic here.
 """
 
+from ..optimizers._nnabla import adabelief as adabelief
+from ..optimizers._nnabla import adam as adam
+from ..optimizers._nnabla import adamw as adamw
+from ..optimizers._nnabla import amsgrad as amsgrad
+from ..optimizers._nnabla import lamb as lamb
+from ..optimizers._nnabla import lars as lars
+from ..optimizers._nnabla import momentum as momentum
 from ._config import from_nnabla as from_nnabla
-from ._solvers import adabelief as adabelief
-from ._solvers import adam as adam
-from ._solvers import adamw as adamw
-from ._solvers import amsgrad as amsgrad
-from ._solvers import lamb as lamb
-from ._solvers import lars as lars
-from ._solvers import momentum as momentum
 
 __all__ = ["adabelief", "adam", "adamw", "amsgrad", "from_nnabla", "lamb", "lars", "momentum"]

@@ -21,7 +21,8 @@ from ..config._errors import ConfigError, join
 from ..config._from_config import ConfiguredOptimizer, from_normalized
 from ..config._load import read
 from ..config._schema import check_value, did_you_mean
-from . import _nntxt
+from ._nntxt import LOOP_FIELDS, optimizer_message
+from ._nntxt import load as load_nntxt
 
 # the fields (and nnabla defaults) of the Adam family's `<type>_param` blocks
 _ADAM_FIELDS: dict[str, tuple[str, Any]] = {
@@ -365,13 +366,13 @@ def nnabla_config(
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The gradtx config equivalent to an nnabla optimizer config, and the map from its paths
     to the nnabla fields they came from."""
-    loaded = _nntxt.load(config)
+    loaded = load_nntxt(config)
     if loaded is None:
         raw, where = read(config, "nnabla config")
         if "optimizer" in raw or name is not None:  # a whole NNablaProtoBuf as a dict
-            raw = _nntxt.optimizer_message(raw, where, name)
+            raw = optimizer_message(raw, where, name)
     else:
-        raw = _nntxt.optimizer_message(*loaded, name)
+        raw = optimizer_message(*loaded, name)
     if isinstance(comm_size, bool) or not isinstance(comm_size, int) or comm_size < 1:
         raise ConfigError(f"from_nnabla: comm_size must be an integer >= 1, got {comm_size!r}")
     if "solver" in raw:
@@ -380,7 +381,7 @@ def nnabla_config(
                 continue
             why = (
                 " (a training-loop setting, not an optimizer one; remove it)"
-                if key in _nntxt.LOOP_FIELDS
+                if key in LOOP_FIELDS
                 else did_you_mean(str(key), _OPTIMIZER_FIELDS)
             )
             raise ConfigError(f"unsupported optimizer field {key!r}{why}", str(key))

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._checks import alias_errors
-from .._core import GradientTransformation, chain
-from .._masking import MaskOrFn
-from .._typing import ArrayLike, ScalarOrSchedule
+from .._base._checks import alias_errors
+from .._base._typing import ArrayLike, ScalarOrSchedule
+from ..core._transformation import GradientTransformation, chain
 from ..transforms import _decay
 from ..transforms._adam import scale_by_adamax, scale_by_amsgrad
 from ..transforms._adam_variants import (
@@ -22,6 +21,7 @@ from ..transforms._adam_variants import (
     scale_by_yogi,
 )
 from ..transforms._scaling import scale_by_learning_rate
+from ..tree._patterns import MaskOrFn
 
 
 @alias_errors

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import gradtx
-
-from .._checks import alias_errors
-from .._core import GradientTransformation
-from .._typing import ArrayLike, ScalarOrSchedule
+from .._base._checks import alias_errors
+from .._base._typing import ArrayLike, ScalarOrSchedule
+from ..core._transformation import GradientTransformation, chain
+from ..transforms._adan import scale_by_adan
+from ..transforms._decay import weight_decay as weight_decay_tx
+from ..transforms._scaling import scale_by_learning_rate
+from ..transforms._sm3 import scale_by_sm3
 
 
 @alias_errors(renamed={"weight_decay: rate": "weight_decay"})
@@ -70,10 +72,10 @@ def adan(
     Reference: Xie et al., "Adan: Adaptive Nesterov Momentum Algorithm for Faster Optimizing
     Deep Models" (arXiv:2208.06677, 2022).
     """
-    return gradtx.chain(
-        gradtx.scale_by_adan(b1=b1, b2=b2, b3=b3, eps=eps, eps_root=eps_root),
-        gradtx.weight_decay(weight_decay, mask),
-        gradtx.scale_by_learning_rate(learning_rate),
+    return chain(
+        scale_by_adan(b1=b1, b2=b2, b3=b3, eps=eps, eps_root=eps_root),
+        weight_decay_tx(weight_decay, mask),
+        scale_by_learning_rate(learning_rate),
     )
 
 
@@ -112,9 +114,9 @@ def sm3(
 
     Reference: Anil et al., "Memory-Efficient Adaptive Optimization" (NeurIPS 2019).
     """
-    return gradtx.chain(
-        gradtx.scale_by_sm3(0.0 if momentum is None else momentum),
-        gradtx.scale_by_learning_rate(learning_rate),
+    return chain(
+        scale_by_sm3(0.0 if momentum is None else momentum),
+        scale_by_learning_rate(learning_rate),
     )
 
 

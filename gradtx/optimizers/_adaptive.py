@@ -6,10 +6,15 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from .._checks import alias_errors, check_in_range, check_int, check_non_negative, check_positive
-from .._core import GradientTransformation, chain, identity
-from .._masking import MaskOrFn
-from .._typing import ArrayLike, ScalarOrSchedule
+from .._base._checks import (
+    alias_errors,
+    check_in_range,
+    check_int,
+    check_non_negative,
+    check_positive,
+)
+from .._base._typing import ArrayLike, ScalarOrSchedule
+from ..core._transformation import GradientTransformation, chain, identity
 from ..transforms._adaptive import (
     scale_by_adadelta,
     scale_by_grad_variance,
@@ -23,6 +28,7 @@ from ..transforms._factored import scale_by_factored_rms
 from ..transforms._momentum import trace
 from ..transforms._scaling import scale, scale_by_learning_rate
 from ..transforms._trust_ratio import scale_by_param_block_rms
+from ..tree._patterns import MaskOrFn
 
 
 @alias_errors

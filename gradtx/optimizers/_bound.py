@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._checks import alias_errors
-from .._core import GradientTransformation, chain
-from .._typing import ArrayLike, ScalarOrSchedule
+from .._base._checks import alias_errors
+from .._base._typing import ArrayLike, ScalarOrSchedule
+from ..core._transformation import GradientTransformation, chain
 from ..transforms._bounded import bound_lr
 from ..transforms._decay import weight_decay as weight_decay_tx
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._checks import alias_errors, check_in_range, check_non_negative, check_positive
-from .._core import GradientTransformation, chain
-from .._masking import MaskOrFn
-from .._typing import ArrayLike, ScalarOrSchedule
+from .._base._checks import alias_errors, check_in_range, check_non_negative, check_positive
+from .._base._typing import ArrayLike, ScalarOrSchedule
+from ..core._transformation import GradientTransformation, chain
 from ..transforms._adam import scale_by_adam
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._momentum import trace
 from ..transforms._scaling import scale_by_learning_rate
 from ..transforms._trust_ratio import scale_by_trust_ratio
+from ..tree._patterns import MaskOrFn
 
 
 @alias_errors

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from .._checks import alias_errors
-from .._core import GradientTransformation, chain, identity
-from .._typing import ScalarOrSchedule
+from .._base._checks import alias_errors
+from .._base._typing import ScalarOrSchedule
+from ..core._transformation import GradientTransformation, chain, identity
 from ..transforms._lbfgs import scale_by_lbfgs
 from ..transforms._linesearch_zoom import scale_by_zoom_linesearch
+from ..transforms._scaling import scale, scale_by_learning_rate
 
 
 @alias_errors(
@@ -73,8 +74,6 @@ def lbfgs(
     Reference: Nocedal & Wright, "Numerical Optimization" (1999), Algorithms 7.4, 7.5; Liu &
     Nocedal (1989). Matches `optax.lbfgs` (0.2.8).
     """
-    from .. import scale, scale_by_learning_rate  # public primitives, bound when used
-
     if learning_rate is None:
         step = scale(-1.0)
     else:

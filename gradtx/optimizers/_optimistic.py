@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import gradtx
-
-from .._checks import alias_errors, check_non_negative
-from .._core import GradientTransformation
-from .._typing import ArrayLike, ScalarOrSchedule
+from .._base._checks import alias_errors, check_non_negative
+from .._base._typing import ArrayLike, ScalarOrSchedule
+from ..core._transformation import GradientTransformation, chain
+from ..transforms._adam import scale_by_adam
+from ..transforms._optimistic import scale_by_optimistic_gradient
+from ..transforms._scaling import scale_by_learning_rate
 
 
 @alias_errors
@@ -54,9 +55,9 @@ def optimistic_gradient_descent(
     Optimistic Gradient Methods for Saddle Point Problems: Proximal Point Approach"
     (AISTATS 2020).
     """
-    return gradtx.chain(
-        gradtx.scale_by_optimistic_gradient(alpha=alpha, beta=beta),
-        gradtx.scale_by_learning_rate(learning_rate),
+    return chain(
+        scale_by_optimistic_gradient(alpha=alpha, beta=beta),
+        scale_by_learning_rate(learning_rate),
     )
 
 
@@ -113,12 +114,12 @@ def optimistic_adam(
     Reference: Daskalakis et al., "Training GANs with Optimism" (ICLR 2018).
     """
     check_non_negative("optimistic_adam", "learning_rate", learning_rate)
-    return gradtx.chain(
-        gradtx.scale_by_adam(b1, b2, eps, eps_root, mu_dtype=mu_dtype, nesterov=nesterov),
-        gradtx.scale_by_optimistic_gradient(
+    return chain(
+        scale_by_adam(b1, b2, eps, eps_root, mu_dtype=mu_dtype, nesterov=nesterov),
+        scale_by_optimistic_gradient(
             alpha=learning_rate, beta=learning_rate if optimism is None else optimism
         ),
-        gradtx.scale_by_learning_rate(1.0),
+        scale_by_learning_rate(1.0),
     )
 
 
@@ -175,10 +176,10 @@ def optimistic_adam_v2(
 
     Reference: Daskalakis et al., "Training GANs with Optimism" (ICLR 2018).
     """
-    return gradtx.chain(
-        gradtx.scale_by_adam(b1, b2, eps, eps_root, mu_dtype=mu_dtype, nesterov=nesterov),
-        gradtx.scale_by_optimistic_gradient(alpha=alpha, beta=beta),
-        gradtx.scale_by_learning_rate(learning_rate),
+    return chain(
+        scale_by_adam(b1, b2, eps, eps_root, mu_dtype=mu_dtype, nesterov=nesterov),
+        scale_by_optimistic_gradient(alpha=alpha, beta=beta),
+        scale_by_learning_rate(learning_rate),
     )
 
 

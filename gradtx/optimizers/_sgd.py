@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._checks import alias_errors
-from .._core import GradientTransformation, chain, identity
-from .._masking import MaskOrFn
-from .._typing import ArrayLike, ScalarOrSchedule
+from .._base._checks import alias_errors
+from .._base._typing import ArrayLike, ScalarOrSchedule
+from ..core._transformation import GradientTransformation, chain, identity
 from ..transforms._decay import weight_decay_by_lr_ratio
 from ..transforms._momentum import trace, trace_with_lr
 from ..transforms._scaling import normalize, scale, scale_by_learning_rate
+from ..tree._patterns import MaskOrFn
 
 
 @alias_errors(renamed={"trace: decay": "momentum"})

@@ -10,11 +10,16 @@ from typing import Any
 
 import jax.numpy as jnp
 
-import gradtx
-
-from .._checks import alias_errors, check_non_negative, concrete
-from .._core import GradientTransformation
-from .._typing import ArrayLike, ScalarOrSchedule
+from .._base._checks import alias_errors, check_non_negative, concrete
+from .._base._typing import ArrayLike, ScalarOrSchedule
+from ..core._transformation import GradientTransformation, chain
+from ..transforms._decay import weight_decay
+from ..transforms._gradient_ops import add_noise
+from ..transforms._polyak import scale_by_polyak
+from ..transforms._rprop import scale_by_rprop
+from ..transforms._scaling import scale, scale_by_learning_rate
+from ..transforms._sign import scale_by_lion
+from ..transforms._trust_ratio import scale_by_trust_ratio
 
 
 def _fromage_factors(lr: Any) -> tuple[Any, Any]:
@@ -74,10 +79,10 @@ def fromage(learning_rate: ScalarOrSchedule, min_norm: ArrayLike = 1e-6) -> Grad
         if arr is not None and arr.ndim == 0 and not isinstance(lr, int | float):
             lr = float(arr)  # a NumPy scalar: compute like a Python float
         step, decay = _fromage_factors(lr)
-    return gradtx.chain(
-        gradtx.scale_by_trust_ratio(min_norm),
-        gradtx.weight_decay(decay),
-        gradtx.scale_by_learning_rate(step),
+    return chain(
+        scale_by_trust_ratio(min_norm),
+        weight_decay(decay),
+        scale_by_learning_rate(step),
     )
 
 
@@ -125,9 +130,9 @@ def noisy_sgd(
     Reference: Neelakantan et al., "Adding Gradient Noise Improves Learning for Very Deep
     Networks" (arXiv:1511.06807, 2015).
     """
-    return gradtx.chain(
-        gradtx.add_noise(eta, gamma, seed=seed, key=key),
-        gradtx.scale_by_learning_rate(learning_rate),
+    return chain(
+        add_noise(eta, gamma, seed=seed, key=key),
+        scale_by_learning_rate(learning_rate),
     )
 
 
@@ -177,11 +182,9 @@ def polyak_sgd(
     Reference: Loizou et al., "Stochastic Polyak Step-size for SGD: An Adaptive Learning Rate
     for Fast Convergence" (AISTATS 2021).
     """
-    return gradtx.chain(
-        gradtx.scale_by_learning_rate(scaling),
-        gradtx.scale_by_polyak(
-            f_min=f_min, max_learning_rate=max_learning_rate, eps=eps, variant=variant
-        ),
+    return chain(
+        scale_by_learning_rate(scaling),
+        scale_by_polyak(f_min=f_min, max_learning_rate=max_learning_rate, eps=eps, variant=variant),
     )
 
 
@@ -229,15 +232,15 @@ def rprop(
     Reference: Riedmiller & Braun, "A direct adaptive method for faster backpropagation
     learning: the RPROP algorithm" (ICNN 1993); Igel & Hüsken (Neurocomputing 2003).
     """
-    return gradtx.chain(
-        gradtx.scale_by_rprop(
+    return chain(
+        scale_by_rprop(
             learning_rate,
             eta_minus=eta_minus,
             eta_plus=eta_plus,
             min_step_size=min_step_size,
             max_step_size=max_step_size,
         ),
-        gradtx.scale(-1.0),
+        scale(-1.0),
     )
 
 
@@ -274,9 +277,9 @@ def signum(
     Reference: Bernstein et al., "signSGD: Compressed Optimisation for Non-Convex Problems"
     (ICML 2018).
     """
-    return gradtx.chain(
-        gradtx.scale_by_lion(beta, beta, mu_dtype=accumulator_dtype),
-        gradtx.scale_by_learning_rate(learning_rate),
+    return chain(
+        scale_by_lion(beta, beta, mu_dtype=accumulator_dtype),
+        scale_by_learning_rate(learning_rate),
     )
 
 

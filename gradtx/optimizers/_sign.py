@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._checks import alias_errors
-from .._core import GradientTransformation, chain
-from .._masking import MaskOrFn
-from .._typing import ArrayLike, ScalarOrSchedule
+from .._base._checks import alias_errors
+from .._base._typing import ArrayLike, ScalarOrSchedule
+from ..core._transformation import GradientTransformation, chain
 from ..transforms import _decay
 from ..transforms._scaling import scale_by_learning_rate
 from ..transforms._sign import scale_by_lion, scale_by_sign, scale_by_sign_agreement
+from ..tree._patterns import MaskOrFn
 
 
 @alias_errors

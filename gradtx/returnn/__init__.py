@@ -7,8 +7,8 @@ level. `from_returnn` builds an optimizer from RETURNN's optimizer options. The 
 re-exported explicitly; no logic here.
 """
 
+from ..optimizers._returnn import amsgrad as amsgrad
+from ..optimizers._returnn import nadam as nadam
 from ._config import from_returnn as from_returnn
-from ._solvers import amsgrad as amsgrad
-from ._solvers import nadam as nadam
 
 __all__ = ["amsgrad", "from_returnn", "nadam"]

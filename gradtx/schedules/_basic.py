@@ -11,8 +11,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from .._checks import check_non_negative, check_one_of, check_positive
-from .._typing import ArrayLike
+from .._base._checks import check_non_negative, check_one_of, check_positive
+from .._base._typing import ArrayLike
 from ._common import (
     NamedSchedule,
     check_boundaries_and_scales,

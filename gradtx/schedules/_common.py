@@ -16,9 +16,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_int, concrete
-from .._numerics import INT32_MAX
-from .._typing import ArrayLike
+from .._base._checks import check_int, concrete
+from .._base._numerics import INT32_MAX
+from .._base._typing import ArrayLike
 
 _INT32_MAX_F = float(INT32_MAX)
 

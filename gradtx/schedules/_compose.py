@@ -7,8 +7,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from .._checks import check_one_of, concrete
-from .._typing import ArrayLike
+from .._base._checks import check_one_of, concrete
+from .._base._typing import ArrayLike
 from ._basic import exponential_decay
 from ._common import NamedSchedule, call, check_callable, check_sorted_steps, check_steps, f32
 

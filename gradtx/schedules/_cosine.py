@@ -7,8 +7,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from .._checks import check_in_range, check_int, check_one_of, check_positive
-from .._typing import ArrayLike
+from .._base._checks import check_in_range, check_int, check_one_of, check_positive
+from .._base._typing import ArrayLike
 from ._common import NamedSchedule, check_steps, f32, interpolate_segments, number
 from ._compose import join
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .._checks import check_in_range, check_one_of
-from .._typing import ArrayLike
+from .._base._checks import check_in_range, check_one_of
+from .._base._typing import ArrayLike
 from ._common import NamedSchedule, check_steps, f32
 
 

@@ -26,9 +26,9 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_int, check_non_negative, did_you_mean
-from .._numerics import INT32_MAX
-from .._typing import ArrayLike
+from .._base._checks import check_int, check_non_negative, did_you_mean
+from .._base._numerics import INT32_MAX
+from .._base._typing import ArrayLike
 from ._basic import constant
 from ._common import NamedSchedule, check_callable, check_steps, f32, number
 from ._compose import warmup

@@ -22,10 +22,10 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from .._checks import check_non_negative
-from .._core import GradientTransformation
-from .._numerics import bias_correction, safe_divide
-from .._typing import ArrayLike
+from .._base._checks import check_non_negative
+from .._base._numerics import bias_correction, safe_divide
+from .._base._typing import ArrayLike
+from ..core._transformation import GradientTransformation
 from ._moments import ScaleByAdamState as ScaleByAdamState
 from ._moments import ScaleByAmsgradState as ScaleByAmsgradState
 from ._moments import (

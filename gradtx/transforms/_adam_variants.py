@@ -14,10 +14,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_in_range, check_non_negative, concrete
-from .._core import GradientTransformation, require_params
-from .._numerics import bias_correction, safe_increment, value_at, widen, zero_count
-from .._typing import ArrayLike, ScalarOrSchedule, Updates
+from .._base._checks import check_in_range, check_non_negative, concrete
+from .._base._numerics import bias_correction, safe_increment, value_at, widen, zero_count
+from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
+from ..core._transformation import GradientTransformation, require_params
 from ..tree import assert_same_structure, map_split, zeros_like
 from ._moments import (
     belief_moment,

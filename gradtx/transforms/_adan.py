@@ -7,10 +7,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_in_range, check_non_negative
-from .._core import GradientTransformation
-from .._numerics import abs_sq, as_stored, bias_correction, safe_increment, widen, zero_count
-from .._typing import ArrayLike, Updates
+from .._base._checks import check_in_range, check_non_negative
+from .._base._numerics import abs_sq, bias_correction, safe_increment, widen, zero_count
+from .._base._typing import ArrayLike, Updates
+from ..core._transformation import GradientTransformation
+from ..state._buffers import as_stored
 from ..tree import assert_same_structure, map_split, zeros_like
 
 

@@ -7,11 +7,12 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_float_dtype, check_in_range, check_non_negative
-from .._core import GradientTransformation
-from .._numerics import abs_sq, as_stored, safe_increment, widen, zero_count
-from .._numerics import bias_correction as _bias_correction
-from .._typing import ArrayLike, Updates
+from .._base._checks import check_in_range, check_non_negative
+from .._base._numerics import abs_sq, safe_increment, widen, zero_count
+from .._base._numerics import bias_correction as _bias_correction
+from .._base._typing import ArrayLike, Updates
+from ..core._transformation import GradientTransformation
+from ..state._buffers import as_stored, check_float_dtype
 from ..tree import assert_same_structure, full_like, map_split, zeros_like
 from ._elementwise import elementwise
 

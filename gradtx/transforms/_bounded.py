@@ -19,10 +19,10 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from .._checks import check_positive
-from .._core import GradientTransformation
-from .._numerics import value_at
-from .._typing import ArrayLike, ScalarOrSchedule
+from .._base._checks import check_positive
+from .._base._numerics import value_at
+from .._base._typing import ArrayLike, ScalarOrSchedule
+from ..core._transformation import GradientTransformation
 from ._moments import check_moments, eps_hat_factor, moment_transformation, second_moment
 from ._scaling import lr_ratio
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_non_negative, check_positive
-from .._core import GradientTransformation, stateless, stateless_with_params
-from .._numerics import abs_sq, safe_norm, widen
-from .._typing import ArrayLike, Updates
+from .._base._checks import check_non_negative, check_positive
+from .._base._numerics import abs_sq, safe_norm, widen
+from .._base._typing import ArrayLike, Updates
+from ..core._transformation import GradientTransformation, stateless, stateless_with_params
 from ..tree import norm
 
 

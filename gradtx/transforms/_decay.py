@@ -6,12 +6,12 @@ from typing import NamedTuple
 
 import jax
 
-from .._checks import check_non_negative
-from .._core import GradientTransformation, require_params
-from .._masking import MaskOrFn, resolve_mask
-from .._numerics import safe_increment, value_at, zero_count
-from .._typing import ArrayLike, ScalarOrSchedule
+from .._base._checks import check_non_negative
+from .._base._numerics import safe_increment, value_at, zero_count
+from .._base._typing import ArrayLike, ScalarOrSchedule
+from ..core._transformation import GradientTransformation, require_params
 from ..tree import assert_same_structure
+from ..tree._patterns import MaskOrFn, resolve_mask
 from ._scaling import lr_ratio
 
 

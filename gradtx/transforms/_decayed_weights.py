@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import gradtx
-
-from .._checks import alias_errors
-from .._core import GradientTransformation
-from .._typing import ScalarOrSchedule
+from .._base._checks import alias_errors
+from .._base._typing import ScalarOrSchedule
+from ..core._transformation import GradientTransformation
+from ._decay import weight_decay as weight_decay_tx
 
 
 @alias_errors(renamed={"weight_decay: rate": "weight_decay"})
@@ -40,7 +39,7 @@ def add_decayed_weights(
       >>> updates["w"]
       Array([ 0.1, -0.2], dtype=float32)
     """
-    return gradtx.weight_decay(weight_decay, mask)
+    return weight_decay_tx(weight_decay, mask)
 
 
 __all__ = ["add_decayed_weights"]

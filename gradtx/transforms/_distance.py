@@ -7,10 +7,11 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_float_dtype, check_non_negative, check_positive, check_scalar
-from .._core import GradientTransformation, require_params
-from .._numerics import safe_norm, wide_float, widen
-from .._typing import ArrayLike, Params, Updates
+from .._base._checks import check_non_negative, check_positive, check_scalar
+from .._base._numerics import safe_norm, wide_float, widen
+from .._base._typing import ArrayLike, Params, Updates
+from ..core._transformation import GradientTransformation, require_params
+from ..state._buffers import check_float_dtype
 from ..tree import assert_same_structure, map_split, norm, zeros_like
 
 

@@ -15,10 +15,11 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_float_dtype, concrete, expect_state
-from .._core import GradientTransformation, require_params
-from .._numerics import safe_increment, widen, zero_count
-from .._typing import ArrayLike, Updates
+from .._base._checks import concrete, expect_state
+from .._base._numerics import safe_increment, widen, zero_count
+from .._base._typing import ArrayLike, Updates
+from ..core._transformation import GradientTransformation, require_params
+from ..state._buffers import check_float_dtype
 from ..tree import assert_same_structure, full_like, map_split
 
 

@@ -7,10 +7,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_in_range, check_non_negative, concrete
-from .._core import GradientTransformation, monitored_value
-from .._numerics import bias_correction, safe_increment
-from .._typing import ArrayLike, Updates
+from .._base._checks import check_in_range, check_non_negative, concrete
+from .._base._numerics import bias_correction, safe_increment
+from .._base._typing import ArrayLike, Updates
+from ..core._transformation import GradientTransformation, monitored_value
 from ._moments import check_moments, init_moments, packs_leaves, second_moment, step_moments
 
 

@@ -8,10 +8,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_int, check_non_negative
-from .._core import GradientTransformation
-from .._numerics import abs_sq, safe_increment, widen, zero_count
-from .._typing import ArrayLike, Updates
+from .._base._checks import check_int, check_non_negative
+from .._base._numerics import abs_sq, safe_increment, widen, zero_count
+from .._base._typing import ArrayLike, Updates
+from ..core._transformation import GradientTransformation
 from ..tree import assert_same_structure, map_split
 
 

@@ -7,10 +7,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_non_negative, check_positive
-from .._core import GradientTransformation, stateless
-from .._numerics import key_data, safe_increment, widen, zero_count
-from .._typing import ArrayLike
+from .._base._checks import check_non_negative, check_positive
+from .._base._numerics import key_data, safe_increment, widen, zero_count
+from .._base._typing import ArrayLike
+from ..core._transformation import GradientTransformation, stateless
 
 
 class AddNoiseState(NamedTuple):

@@ -8,10 +8,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_int
-from .._core import GradientTransformation, require_params
-from .._numerics import safe_increment, wide_float, widen, zero_count
-from .._typing import Params, PyTree, Updates
+from .._base._checks import check_int
+from .._base._numerics import safe_increment, wide_float, widen, zero_count
+from .._base._typing import Params, PyTree, Updates
+from ..core._transformation import GradientTransformation, require_params
 from ..tree import assert_same_structure, norm, vdot, zeros_like
 
 

@@ -20,9 +20,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from .._checks import concrete
-from .._numerics import wide_float
-from .._typing import Params, PyTree
+from .._base._checks import concrete
+from .._base._numerics import wide_float
+from .._base._typing import Params, PyTree
 from ..tree import cast_like, get
 
 

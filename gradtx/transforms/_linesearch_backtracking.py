@@ -7,9 +7,9 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_in_range, check_int, check_non_negative, check_positive
-from .._core import GradientTransformation, require_params
-from .._typing import ArrayLike, Updates
+from .._base._checks import check_in_range, check_int, check_non_negative, check_positive
+from .._base._typing import ArrayLike, Updates
+from ..core._transformation import GradientTransformation, require_params
 from ..tree import add_scale, assert_same_structure, cast_like, vdot, zeros_like
 from ._linesearch import check_at_least, require_objective, value_dtype, value_fn_kwargs
 

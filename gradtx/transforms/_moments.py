@@ -23,19 +23,13 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .. import _quantize, _quantize_packing
-from .._checks import check_in_range, check_moment_dtype, check_non_negative, concrete, expect_state
-from .._core import GradientTransformation
-from .._numerics import (
-    abs_sq,
-    bias_correction,
-    read,
-    safe_increment,
-    stored,
-    widen,
-    zero_count,
-)
-from .._typing import ArrayLike, Params, Updates
+from .._base._checks import check_in_range, check_non_negative, concrete, expect_state
+from .._base._numerics import abs_sq, bias_correction, safe_increment, widen, zero_count
+from .._base._typing import ArrayLike, Params, Updates
+from ..core._transformation import GradientTransformation
+from ..state import _packing as _quantize_packing
+from ..state import _quantize
+from ..state._buffers import check_moment_dtype, read, stored
 from ..tree import assert_same_structure, full_like
 
 # A second-moment rule: (g, m_t, v_{t-1}) -> v_t, all widened except v_{t-1} (the buffer as

@@ -7,11 +7,12 @@ from typing import Any, NamedTuple
 
 import jax
 
-from .. import _quantize
-from .._checks import check_float_dtype, check_in_range, check_moment_dtype, check_non_negative
-from .._core import GradientTransformation
-from .._numerics import as_stored, safe_increment, value_at, widen, zero_count
-from .._typing import ScalarOrSchedule, Updates
+from .._base._checks import check_in_range, check_non_negative
+from .._base._numerics import safe_increment, value_at, widen, zero_count
+from .._base._typing import ScalarOrSchedule, Updates
+from ..core._transformation import GradientTransformation
+from ..state import _quantize
+from ..state._buffers import as_stored, check_float_dtype, check_moment_dtype
 from ..tree import assert_same_structure, map_split, zeros_like
 from ._moments import packs_leaves, step_buffer
 

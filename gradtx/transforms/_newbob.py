@@ -7,9 +7,9 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_int, check_non_negative, check_one_of, check_positive, concrete
-from .._core import GradientTransformation, monitored_value
-from .._numerics import safe_increment
+from .._base._checks import check_int, check_non_negative, check_one_of, check_positive, concrete
+from .._base._numerics import safe_increment
+from ..core._transformation import GradientTransformation, monitored_value
 from ._plateau import running_mean
 
 _MODES = {

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import jax
 
-from .._checks import check_non_negative, check_scalar
-from .._core import GradientTransformation, stateless
-from .._numerics import widen
-from .._typing import ArrayLike
+from .._base._checks import check_non_negative, check_scalar
+from .._base._numerics import widen
+from .._base._typing import ArrayLike
+from ..core._transformation import GradientTransformation, stateless
 from ..tree import norm
 
 

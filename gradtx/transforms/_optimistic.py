@@ -7,10 +7,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_scalar
-from .._core import GradientTransformation
-from .._numerics import safe_increment, value_at, widen, zero_count
-from .._typing import ScalarOrSchedule, Updates
+from .._base._checks import check_scalar
+from .._base._numerics import safe_increment, value_at, widen, zero_count
+from .._base._typing import ScalarOrSchedule, Updates
+from ..core._transformation import GradientTransformation
 from ..tree import assert_same_structure, map_split, zeros_like
 
 

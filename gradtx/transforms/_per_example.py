@@ -8,9 +8,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_non_negative
-from .._numerics import widen
-from .._typing import ArrayLike, PyTree
+from .._base._checks import check_non_negative
+from .._base._numerics import widen
+from .._base._typing import ArrayLike, PyTree
 from ..tree import norm as tree_norm
 
 

@@ -7,9 +7,9 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_in_range, check_int, check_non_negative
-from .._core import GradientTransformation, monitored_value
-from .._numerics import safe_increment
+from .._base._checks import check_in_range, check_int, check_non_negative
+from .._base._numerics import safe_increment
+from ..core._transformation import GradientTransformation, monitored_value
 
 _INF = float("inf")
 

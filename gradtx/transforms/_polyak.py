@@ -6,10 +6,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_non_negative, check_one_of, check_scalar
-from .._core import EmptyState, GradientTransformation, monitored_value
-from .._numerics import widen
-from .._typing import ArrayLike
+from .._base._checks import check_non_negative, check_one_of, check_scalar
+from .._base._numerics import widen
+from .._base._typing import ArrayLike
+from ..core._transformation import EmptyState, GradientTransformation, monitored_value
 from ..tree import norm
 
 POLYAK_VARIANTS = ("sps", "sps+")

@@ -6,10 +6,10 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
-from .._checks import check_positive, concrete
-from .._core import GradientTransformation
-from .._numerics import widen
-from .._typing import ArrayLike, Updates
+from .._base._checks import check_positive, concrete
+from .._base._numerics import widen
+from .._base._typing import ArrayLike, Updates
+from ..core._transformation import GradientTransformation
 from ..tree import assert_same_structure, full_like, map_split, zeros_like
 
 

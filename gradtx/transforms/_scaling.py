@@ -8,10 +8,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_non_negative, check_positive, check_scalar, concrete
-from .._core import GradientTransformation, stateless
-from .._numerics import abs_sq, safe_increment, value_at, zero_count
-from .._typing import ArrayLike, ScalarOrSchedule, Schedule
+from .._base._checks import check_non_negative, check_positive, check_scalar, concrete
+from .._base._numerics import abs_sq, safe_increment, value_at, zero_count
+from .._base._typing import ArrayLike, ScalarOrSchedule, Schedule
+from ..core._transformation import GradientTransformation, stateless
 from ._elementwise import elementwise
 
 

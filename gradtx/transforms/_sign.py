@@ -7,18 +7,12 @@ from typing import Any, Literal, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .. import _quantize
-from .._checks import (
-    check_float_dtype,
-    check_in_range,
-    check_moment_dtype,
-    check_non_negative,
-    check_one_of,
-    check_positive,
-)
-from .._core import GradientTransformation, stateless
-from .._numerics import safe_increment, zero_count
-from .._typing import ArrayLike, Updates
+from .._base._checks import check_in_range, check_non_negative, check_one_of, check_positive
+from .._base._numerics import safe_increment, zero_count
+from .._base._typing import ArrayLike, Updates
+from ..core._transformation import GradientTransformation, stateless
+from ..state import _quantize
+from ..state._buffers import check_float_dtype, check_moment_dtype
 from ..tree import assert_same_structure, zeros_like
 from ._elementwise import elementwise
 from ._moments import ema as _ema

@@ -8,10 +8,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_in_range, check_non_negative
-from .._core import GradientTransformation
-from .._numerics import as_stored, widen
-from .._typing import ArrayLike, Updates
+from .._base._checks import check_in_range, check_non_negative
+from .._base._numerics import widen
+from .._base._typing import ArrayLike, Updates
+from ..core._transformation import GradientTransformation
+from ..state._buffers import as_stored
 from ..tree import assert_same_structure, zeros_like
 
 

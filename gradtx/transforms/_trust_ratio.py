@@ -8,12 +8,12 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_non_negative, check_positive, concrete
-from .._core import GradientTransformation, require_params, stateless_with_params
-from .._masking import MaskOrFn
-from .._numerics import safe_increment, safe_norm, safe_rms, value_at, widen, zero_count
-from .._typing import ArrayLike, ScalarOrSchedule
+from .._base._checks import check_non_negative, check_positive, concrete
+from .._base._numerics import safe_increment, safe_norm, safe_rms, value_at, widen, zero_count
+from .._base._typing import ArrayLike, ScalarOrSchedule
+from ..core._transformation import GradientTransformation, require_params, stateless_with_params
 from ..tree import assert_same_structure
+from ..tree._patterns import MaskOrFn
 
 
 def scale_by_trust_ratio(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .._core import GradientTransformation, stateless
+from ..core._transformation import GradientTransformation, stateless
 
 
 def set_to_zero() -> GradientTransformation:

@@ -1,2 +1,84 @@
 """Transformations of transformations: accumulation, injection, partitioning, finiteness guards,
-averaging and projections (one module per family; everything is re-exported from `gradtx`)."""
+averaging and projections (one module per family).
+
+The public API of the wrappers, re-exported explicitly; `gradtx` re-exports every name. No logic
+here.
+"""
+
+from ._accumulate import AccumulateState as AccumulateState
+from ._accumulate import accumulate_k_steps as accumulate_k_steps
+from ._averaging import EmaParamsState as EmaParamsState
+from ._averaging import LookaheadState as LookaheadState
+from ._averaging import ema_params as ema_params
+from ._averaging import lookahead as lookahead
+from ._conditional import ConditionallyMaskState as ConditionallyMaskState
+from ._conditional import ConditionallyTransformState as ConditionallyTransformState
+from ._conditional import conditionally_mask as conditionally_mask
+from ._conditional import conditionally_transform as conditionally_transform
+from ._conditional import skip_large_updates as skip_large_updates
+from ._conditional import skip_not_finite as skip_not_finite
+from ._ema import EmaState as EmaState
+from ._ema import ema as ema
+from ._ema import measure_with_ema as measure_with_ema
+from ._finite import ApplyIfFiniteState as ApplyIfFiniteState
+from ._finite import apply_if_finite as apply_if_finite
+from ._finite import zero_nans as zero_nans
+from ._inject import InjectHyperparamsState as InjectHyperparamsState
+from ._inject import inject_hyperparams as inject_hyperparams
+from ._label_partition import partition as partition
+from ._partition import LabelsByPattern as LabelsByPattern
+from ._partition import MaskedState as MaskedState
+from ._partition import MultiTransformState as MultiTransformState
+from ._partition import freeze as freeze
+from ._partition import labels_by_pattern as labels_by_pattern
+from ._partition import lr_multipliers as lr_multipliers
+from ._partition import masked as masked
+from ._partition import multi_transform as multi_transform
+from ._partition import scale_gradient_by as scale_gradient_by
+from ._periodic import ApplyEveryState as ApplyEveryState
+from ._periodic import apply_every as apply_every
+from ._periodic import periodic_update as periodic_update
+from ._project import box as box
+from ._project import l2_ball as l2_ball
+from ._project import non_negative as non_negative
+from ._project import project as project
+
+__all__ = [
+    "AccumulateState",
+    "ApplyEveryState",
+    "ApplyIfFiniteState",
+    "ConditionallyMaskState",
+    "ConditionallyTransformState",
+    "EmaParamsState",
+    "EmaState",
+    "InjectHyperparamsState",
+    "LabelsByPattern",
+    "LookaheadState",
+    "MaskedState",
+    "MultiTransformState",
+    "accumulate_k_steps",
+    "apply_every",
+    "apply_if_finite",
+    "box",
+    "conditionally_mask",
+    "conditionally_transform",
+    "ema",
+    "ema_params",
+    "freeze",
+    "inject_hyperparams",
+    "l2_ball",
+    "labels_by_pattern",
+    "lookahead",
+    "lr_multipliers",
+    "masked",
+    "measure_with_ema",
+    "multi_transform",
+    "non_negative",
+    "partition",
+    "periodic_update",
+    "project",
+    "scale_gradient_by",
+    "skip_large_updates",
+    "skip_not_finite",
+    "zero_nans",
+]

@@ -39,10 +39,11 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_float_dtype, check_int, expect_state
-from .._core import GradientTransformation, _as_transformation, forward_extra_args
-from .._numerics import zero_count
-from .._typing import OptState, Updates
+from .._base._checks import check_int, expect_state
+from .._base._numerics import zero_count
+from .._base._typing import OptState, Updates
+from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
+from ..state._buffers import check_float_dtype
 from ..tree import assert_same_structure, cast_like, zeros_like
 from ._common import error_context
 

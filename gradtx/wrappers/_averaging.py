@@ -7,10 +7,15 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_in_range, check_int
-from .._core import GradientTransformation, _as_transformation, forward_extra_args, require_params
-from .._numerics import safe_increment, zero_count
-from .._typing import ArrayLike, OptState, Params
+from .._base._checks import check_in_range, check_int
+from .._base._numerics import safe_increment, zero_count
+from .._base._typing import ArrayLike, OptState, Params
+from ..core._transformation import (
+    GradientTransformation,
+    _as_transformation,
+    forward_extra_args,
+    require_params,
+)
 from ..tree import assert_same_structure, map_split, zeros_like
 from ._common import error_context
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import jax
 
-from .._tree_paths import _is_tree_leaf
-from .._typing import PyTree
+from .._base._typing import PyTree
+from ..tree._paths import _is_tree_leaf
 
 
 @contextlib.contextmanager

@@ -9,11 +9,11 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_non_negative
-from .._core import GradientTransformation, _as_transformation
-from .._core import forward_extra_args as _accepting_extra_args
-from .._numerics import safe_increment, zero_count
-from .._typing import ArrayLike, OptState, Params, Updates
+from .._base._checks import check_non_negative
+from .._base._numerics import safe_increment, zero_count
+from .._base._typing import ArrayLike, OptState, Params, Updates
+from ..core._transformation import GradientTransformation, _as_transformation
+from ..core._transformation import forward_extra_args as _accepting_extra_args
 from ..tree import cast_like
 from ..tree import norm as tree_norm
 

@@ -8,10 +8,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_in_range
-from .._core import GradientTransformation, chain, stateless
-from .._numerics import bias_correction, safe_increment, widen, zero_count
-from .._typing import ArrayLike, PyTree, Updates
+from .._base._checks import check_in_range
+from .._base._numerics import bias_correction, safe_increment, widen, zero_count
+from .._base._typing import ArrayLike, PyTree, Updates
+from ..core._transformation import GradientTransformation, chain, stateless
 from ..tree import assert_same_structure, map_split
 
 

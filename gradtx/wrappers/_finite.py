@@ -7,10 +7,15 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._checks import check_int, expect_state
-from .._core import GradientTransformation, _as_transformation, forward_extra_args, stateless
-from .._numerics import safe_increment, zero_count
-from .._typing import OptState
+from .._base._checks import check_int, expect_state
+from .._base._numerics import safe_increment, zero_count
+from .._base._typing import OptState
+from ..core._transformation import (
+    GradientTransformation,
+    _as_transformation,
+    forward_extra_args,
+    stateless,
+)
 from ..tree import cast_like
 from ._common import error_context
 

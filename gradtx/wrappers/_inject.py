@@ -11,10 +11,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import expect_state
-from .._core import GradientTransformation, _as_transformation, forward_extra_args
-from .._numerics import safe_increment, zero_count
-from .._typing import OptState
+from .._base._checks import expect_state
+from .._base._numerics import safe_increment, zero_count
+from .._base._typing import OptState
+from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
 from ._common import error_context
 
 

@@ -12,10 +12,11 @@ from typing import Any
 
 import jax
 
-from .._core import GradientTransformation, _as_transformation
-from .._core import forward_extra_args as _accepting_extra_args
-from .._typing import PyTree
+from .._base._typing import PyTree
+from ..core._transformation import GradientTransformation, _as_transformation
+from ..core._transformation import forward_extra_args as _accepting_extra_args
 from ..tree import broadcast_prefix
+from ._partition import multi_transform
 
 _is_none = lambda x: x is None
 
@@ -87,8 +88,6 @@ def partition(
       ...                       {"w": "adam", "b": "sgd"})
       >>> state = tx.init(params)
     """
-    from .. import multi_transform  # the public function (its module is private)
-
     who = "partition"
     if not isinstance(mask_compatible_extra_args, bool):
         raise ValueError(

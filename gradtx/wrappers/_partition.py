@@ -17,11 +17,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import did_you_mean
-from .._core import GradientTransformation, _as_transformation, forward_extra_args, stateless
-from .._masking import MaskOrFn, broadcast_prefix, resolve_mask, resolve_rules
-from .._tree_paths import assert_same_structure, map_with_path
-from .._typing import OptState
+from .._base._checks import did_you_mean
+from .._base._typing import OptState
+from ..core._transformation import (
+    GradientTransformation,
+    _as_transformation,
+    forward_extra_args,
+    stateless,
+)
+from ..tree._paths import assert_same_structure, map_with_path
+from ..tree._patterns import MaskOrFn, broadcast_prefix, resolve_mask, resolve_rules
 from ._common import error_context, pick, prune
 
 

@@ -8,10 +8,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import concrete
-from .._core import GradientTransformation
-from .._numerics import safe_increment, widen, zero_count
-from .._typing import ArrayLike, Params, Updates
+from .._base._checks import concrete
+from .._base._numerics import safe_increment, widen, zero_count
+from .._base._typing import ArrayLike, Params, Updates
+from ..core._transformation import GradientTransformation
 from ..tree import assert_same_structure, map_split, zeros_like
 
 

@@ -9,9 +9,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import check_positive, concrete
-from .._core import GradientTransformation, require_params, stateless
-from .._typing import ArrayLike, Params, PyTree
+from .._base._checks import check_positive, concrete
+from .._base._typing import ArrayLike, Params, PyTree
+from ..core._transformation import GradientTransformation, require_params, stateless
 from ..tree import assert_same_structure, norm
 from ._common import is_leaf_value
 

@@ -9,7 +9,7 @@ import optax
 import pytest
 
 import gradtx
-from gradtx._numerics import safe_norm, safe_rms
+from gradtx._base._numerics import safe_norm, safe_rms
 
 from ..helpers import grad_sequence, kernel_mask, mixed_params
 from ..optax_reference import compare_to_optax, with_modes

@@ -20,11 +20,11 @@ import jax
 import numpy as np
 from jax import tree_util as jtu
 
-from ._checkpoint_inspect import StateField, StateSummary, inspect_state
-from ._checkpoint_io import CheckpointError, read_header, read_tensors, write_file
-from ._checks import did_you_mean
-from ._typing import OptState
-from .tree import path_str
+from .._base._checks import did_you_mean
+from .._base._typing import OptState
+from ..tree import path_str
+from ._inspect import StateField, StateSummary, inspect_state
+from ._io import CheckpointError, read_header, read_tensors, write_file
 
 __all__ = [
     "CheckpointError",

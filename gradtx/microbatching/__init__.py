@@ -21,11 +21,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._microbatch_accumulators import AccumulationType as AccumulationType
-from ._microbatch_accumulators import Accumulator as Accumulator
-from ._microbatch_accumulators import IndividualOutputs as IndividualOutputs
-from ._microbatch_accumulators import _check_accumulator, _explicit_sharding, _resolve
-from ._typing import PyTree
+from .._base._typing import PyTree
+from ._accumulators import AccumulationType as AccumulationType
+from ._accumulators import Accumulator as Accumulator
+from ._accumulators import IndividualOutputs as IndividualOutputs
+from ._accumulators import _check_accumulator, _explicit_sharding, _resolve
 
 __all__ = [
     "AccumulationType",

@@ -26,8 +26,8 @@ import numpy as np
 from jax import tree_util as jtu
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from ._typing import PyTree
-from .tree import path_str
+from .._base._typing import PyTree
+from ..tree import path_str
 
 Entry = Any  # None, an axis name, or a tuple of axis names
 

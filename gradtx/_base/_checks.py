@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar, overload
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 
@@ -116,49 +115,6 @@ def check_one_of(who: str, name: str, value: Any, allowed: Iterable[Any]) -> Non
         if close:
             hint = f" (did you mean {close[0]!r}?)"
     raise ValueError(f"{who}: {name} must be one of {allowed}, got {value!r}{hint}")
-
-
-def check_float_dtype(who: str, name: str, dtype: Any) -> None:
-    """`dtype` is None (the params' dtype) or a floating-point dtype (a state buffer's dtype).
-
-    An integer buffer would silently truncate the moments to integers (training then stalls or
-    diverges); quantized storage is a separate, explicit feature.
-    """
-    from ._quantize import is_quantized_dtype
-
-    if dtype is None:
-        return
-    if is_quantized_dtype(dtype):
-        raise ValueError(
-            f"{who}: {name} must be a floating-point dtype, got {dtype!r}: 8-bit storage is "
-            "for the moment buffers that take it (mu_dtype / nu_dtype of the moment-based "
-            "optimizers), not for sums or copies, which it would round at every step; "
-            "jnp.bfloat16 halves this buffer instead"
-        )
-    try:
-        np.dtype(dtype)
-    except TypeError:
-        raise ValueError(f"{who}: {name} must be a floating-point dtype, got {dtype!r}") from None
-    if not jnp.issubdtype(np.dtype(dtype), jnp.inexact):  # float, bfloat16, float8, complex
-        raise ValueError(
-            f"{who}: {name} must be a floating-point dtype (e.g. jnp.float32 or jnp.bfloat16), "
-            f"got {np.dtype(dtype).name}: an integer buffer would truncate the state"
-        )
-
-
-def check_moment_dtype(who: str, name: str, dtype: Any) -> None:
-    """`dtype` is None, a floating-point dtype, or a `gradtx.quantized(...)` spec (block-wise
-    8-bit storage, the explicit way to store a buffer in integers)."""
-    from ._quantize import is_quantized_dtype
-
-    if is_quantized_dtype(dtype):
-        return
-    try:
-        check_float_dtype(who, name, dtype)
-    except ValueError as error:
-        raise ValueError(
-            f"{error}; for 8-bit storage pass {name}=gradtx.quantized() instead"
-        ) from None
 
 
 def expect_state(who: str, state: Any, cls: type) -> None:

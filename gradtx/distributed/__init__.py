@@ -42,10 +42,10 @@ import numpy as np
 from jax import tree_util as jtu
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from ._core import GradientTransformation
+from .._base._typing import OptState, Params, PyTree
+from ..core._transformation import GradientTransformation
+from ..tree import path_str
 from ._sharding import plan
-from ._typing import OptState, Params, PyTree
-from .tree import path_str
 
 __all__ = [
     "LeafSharding",

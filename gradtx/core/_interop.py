@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._core import _as_transformation, forward_extra_args
+from ._transformation import _as_transformation, forward_extra_args
 
 
 def as_optax(tx: Any) -> Any:

@@ -22,14 +22,14 @@ DIALECTS = ("gradtx", "nnabla", "returnn")
 
 def _build(path: str, dialect: str, comm_size: int) -> Any:
     if dialect == "nnabla":
-        from .nnabla import from_nnabla
+        from ..nnabla import from_nnabla
 
         return from_nnabla(path, comm_size=comm_size)
     if dialect == "returnn":
-        from .returnn import from_returnn
+        from ..returnn import from_returnn
 
         return from_returnn(path)
-    from .config import from_config
+    from ..config import from_config
 
     return from_config(path)
 
@@ -77,8 +77,8 @@ def describe(argv: list[str]) -> int:
         help="comma-separated steps at which to show the learning rate",
     )
     args = parser.parse_args(argv)
-    from .config import ConfigError
-    from .config._describe import chain_lines, hyperparameter_rows, learning_rate_label
+    from ..config import ConfigError
+    from ..config._describe import chain_lines, hyperparameter_rows, learning_rate_label
 
     try:
         tx = _build(args.config, args.dialect, args.comm_size)
@@ -108,7 +108,7 @@ def plot_schedule(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error(f"--steps must be >= 1, got {args.steps}")
-    from .config import ConfigError
+    from ..config import ConfigError
 
     try:
         tx = _build(args.config, args.dialect, args.comm_size)

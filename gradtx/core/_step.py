@@ -13,8 +13,8 @@ from typing import Any
 
 import jax
 
-from ._core import GradientTransformation, _as_transformation, apply_updates
-from ._typing import OptState, Params
+from .._base._typing import OptState, Params
+from ._transformation import GradientTransformation, _as_transformation, apply_updates
 
 
 def _first_shared_leaf(named: dict[str, Any]) -> tuple[str, str] | None:

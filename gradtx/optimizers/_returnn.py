@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._checks import alias_errors
-from .._core import GradientTransformation, chain
-from .._typing import ArrayLike, ScalarOrSchedule
+from .._base._checks import alias_errors
+from .._base._typing import ArrayLike, ScalarOrSchedule
+from ..core._transformation import GradientTransformation, chain
 from ..schedules import constant, inverse_sqrt
 from ..transforms._adam import scale_by_adam_eps_hat
 from ..transforms._scaling import scale_by_learning_rate, scale_by_schedule

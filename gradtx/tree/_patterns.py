@@ -19,8 +19,9 @@ from typing import Any, TypeAlias, cast
 import jax
 import numpy as np
 
-from ._checks import did_you_mean
-from ._tree_paths import (
+from .._base._checks import did_you_mean
+from .._base._typing import Params, PyTree
+from ._paths import (
     _children,
     _is_tree_leaf,
     _kind,
@@ -29,7 +30,6 @@ from ._tree_paths import (
     path_str,
     paths,
 )
-from ._typing import Params, PyTree
 
 MaskOrFn: TypeAlias = Any | Callable[[Params], Any] | str | Sequence[str]
 

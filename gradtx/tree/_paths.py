@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 from jax import tree_util as jtu
 
-from ._checks import did_you_mean
-from ._typing import PyTree
+from .._base._checks import did_you_mean
+from .._base._typing import PyTree
 
 # --------------------------------------------------------------------------------------------
 # Paths

@@ -10,9 +10,9 @@ import jax
 import jax.numpy as jnp
 from jax.tree_util import keystr
 
-from ._masking import resolve_mask
-from ._typing import OptState, Params, Updates
-from .tree import assert_same_structure
+from .._base._typing import OptState, Params, Updates
+from ..tree import assert_same_structure
+from ..tree._patterns import resolve_mask
 
 
 class InitFn(Protocol):

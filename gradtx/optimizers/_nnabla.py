@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._checks import alias_errors
-from .._core import GradientTransformation, chain
-from .._masking import MaskOrFn
-from .._typing import ArrayLike, ScalarOrSchedule
+from .._base._checks import alias_errors
+from .._base._typing import ArrayLike, ScalarOrSchedule
+from ..core._transformation import GradientTransformation, chain
 from ..transforms._adam import scale_by_adam, scale_by_adam_eps_hat
 from ..transforms._adam_variants import scale_by_belief
 from ..transforms._decay import weight_decay as weight_decay_tx
@@ -27,6 +26,7 @@ from ..transforms._decay import weight_decay_by_lr_ratio
 from ..transforms._momentum import trace_with_lr
 from ..transforms._scaling import scale, scale_by_learning_rate
 from ..transforms._trust_ratio import scale_by_lamb_trust_ratio, scale_by_lars_trust_ratio
+from ..tree._patterns import MaskOrFn
 
 
 @alias_errors(name="nnabla.adam")

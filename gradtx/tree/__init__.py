@@ -21,18 +21,18 @@ import jax
 import jax.numpy as jnp
 from jax import tree_util as jtu
 
-from ._masking import broadcast_prefix as broadcast_prefix
-from ._masking import glob_matches as glob_matches
-from ._masking import match as match
-from ._numerics import wide_float
-from ._tree_paths import assert_same_structure as assert_same_structure
-from ._tree_paths import get as get
-from ._tree_paths import get_all_with_path as get_all_with_path
-from ._tree_paths import map_with_path as map_with_path
-from ._tree_paths import path_str as path_str
-from ._tree_paths import paths as paths
-from ._tree_paths import set as set
-from ._typing import ArrayLike, PyTree
+from .._base._numerics import wide_float
+from .._base._typing import ArrayLike, PyTree
+from ._paths import assert_same_structure as assert_same_structure
+from ._paths import get as get
+from ._paths import get_all_with_path as get_all_with_path
+from ._paths import map_with_path as map_with_path
+from ._paths import path_str as path_str
+from ._paths import paths as paths
+from ._paths import set as set
+from ._patterns import broadcast_prefix as broadcast_prefix
+from ._patterns import glob_matches as glob_matches
+from ._patterns import match as match
 
 __all__ = [
     "add",

@@ -9,9 +9,9 @@ import jax
 import numpy as np
 from jax import tree_util as jtu
 
-from ._checks import did_you_mean
-from ._typing import OptState
-from .tree import path_str
+from .._base._checks import did_you_mean
+from .._base._typing import OptState
+from ..tree import path_str
 
 _COUNT_NAMES = ("count", "gradient_step")
 

@@ -2,7 +2,7 @@
 
 `python -m gradtx demo` (what `make demo` runs) builds each optimizer of a config file (by default
 the package's `demo.yaml`: SGD with Nesterov momentum, Adam, AdamW with warm-up + cosine,
-AdaBound and Eve) with `gradtx.from_config`, trains the same MLP from the same initial
+AdaBound and Eve) with `from_config`, trains the same MLP from the same initial
 parameters on the same batches with each, shows a progress bar per run, prints a results table
 (final training loss, test accuracy, steps per second) and writes `results.md`, `results.json` and
 `demo.png` (loss curves, accuracy, learning-rate schedules, the best run's decision regions) to
@@ -24,10 +24,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import gradtx
-
-from .config._errors import ConfigError
-from .config._load import read as read_config
+from .._base._version import __version__
+from ..config import from_config
+from ..config._errors import ConfigError
+from ..config._load import read as read_config
+from ..core import apply_updates
 
 DEFAULT_CONFIG = Path(__file__).with_name("demo.yaml")
 TRAIN_DEFAULTS: dict[str, Any] = {"steps": 3000, "batch_size": 128, "hidden": [64, 64], "seed": 0}
@@ -79,7 +80,7 @@ def loss_fn(params: dict[str, Any], x: jax.Array, y: jax.Array) -> jax.Array:
 def load_demo_config(path: str | Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """`(train settings, {run name: optimizer config})` from a demo config file.
 
-    The file has an `optimizers` mapping (run name -> a `gradtx.from_config` config) and an
+    The file has an `optimizers` mapping (run name -> a `from_config` config) and an
     optional `train` mapping (`steps`, `batch_size`, `hidden`, `seed`). Every optimizer config is
     validated here, before anything trains.
     """
@@ -104,7 +105,7 @@ def load_demo_config(path: str | Path) -> tuple[dict[str, Any], dict[str, dict[s
     train.update(given)
     for name, cfg in runs.items():
         try:
-            gradtx.from_config(cfg)
+            from_config(cfg)
         except ConfigError as e:
             raise ConfigError(f"{where}: optimizers.{name}: {e}") from None
     return train, {str(k): v for k, v in runs.items()}
@@ -189,7 +190,7 @@ def train_run(
     parameters and the same batches. Steps run `chunk` at a time inside one compiled `lax.scan`
     (the loss is passed to every update as `value=`, which Eve and plateau schedules read)."""
     x, y, x_test, y_test = data
-    tx = gradtx.from_config(config)
+    tx = from_config(config)
     params = init_mlp(jax.random.key(seed), (x.shape[1], *hidden, int(y.max()) + 1))
     opt_state = tx.init(params)
 
@@ -197,7 +198,7 @@ def train_run(
         params, opt_state = carry
         loss, grads = jax.value_and_grad(loss_fn)(params, *batch)
         updates, opt_state = tx.update(grads, opt_state, params, value=loss)
-        return (gradtx.apply_updates(params, updates), opt_state), loss
+        return (apply_updates(params, updates), opt_state), loss
 
     def run_chunk(params, opt_state, xb, yb):
         (params, opt_state), losses = jax.lax.scan(one_step, (params, opt_state), (xb, yb))
@@ -331,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         y_all[order[:n_test]],
     )
     print(
-        f"gradtx {gradtx.__version__} demo: {len(runs)} optimizers from {args.config}, {steps} "
+        f"gradtx {__version__} demo: {len(runs)} optimizers from {args.config}, {steps} "
         f"steps each, batch {train['batch_size']}, MLP "
         f"2-{'-'.join(map(str, train['hidden']))}-{int(y_all.max()) + 1}, "
         f"on {jax.default_backend()}"
