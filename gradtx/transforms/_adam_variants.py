@@ -22,13 +22,13 @@ from ..tree import assert_same_structure, map_split, zeros_like
 from ._moments import (
     belief_moment,
     check_moments,
-    ema,
     first_moment_estimate,
     moment_transformation,
     rectification,
     second_moment,
     yogi_moment,
 )
+from ._tier import ema
 
 
 class ScaleByBeliefState(NamedTuple):

@@ -30,7 +30,8 @@ from ..core._transformation import GradientTransformation
 from ..state import _packing as _quantize_packing
 from ..state import _quantize
 from ..state._buffers import check_moment_dtype, read, stored
-from ..tree import assert_same_structure, full_like
+from ..tree import assert_same_structure
+from ._tier import ema, moment_buffers
 
 # A second-moment rule: (g, m_t, v_{t-1}) -> v_t, all widened except v_{t-1} (the buffer as
 # stored, so that `decay * v` rounds in the buffer's dtype as Optax's does).
@@ -69,12 +70,6 @@ def check_moments(
     check_moment_dtype(who, "nu_dtype", nu_dtype)
 
 
-def ema(decay: ArrayLike, g: Any, m: Any) -> Any:
-    """`(1 - decay) g + decay m` in Optax's order and precision (`decay m` rounds in `m`'s dtype,
-    so a bf16 buffer gives Optax's numbers); `g` is already widened."""
-    return (1 - decay) * g + decay * m
-
-
 def second_moment(b2: ArrayLike) -> SecondMoment:
     r"""Adam's :math:`v_t = \beta_2 v_{t-1} + (1-\beta_2)|g_t|^2`."""
     return lambda g, m, v: ema(b2, abs_sq(g), v)
@@ -106,14 +101,6 @@ def packs_leaves(dtype: Any) -> bool:
     return bool(getattr(dtype, "pack_leaves", True))
 
 
-def _buffers(params: Params, fill_value: ArrayLike, dtype: Any, *, signed: bool) -> Any:
-    """Moment buffers like `params`: plain arrays of `dtype`, or block-wise 8-bit ones for a
-    `gradtx.quantized()` spec (signed for first moments, unsigned for second moments)."""
-    if _quantize.is_quantized_dtype(dtype):
-        return _quantize.buffers_like(params, dtype, signed=signed, fill_value=fill_value)
-    return full_like(params, fill_value, dtype)
-
-
 def init_moments(
     params: Params,
     *,
@@ -128,10 +115,10 @@ def init_moments(
     with `amsgrad`, in a `ScaleByAmsgradState`). `state_cls` is the kind without AMSGrad, built
     with `extra_fields` besides `count`, `mu` and `nu` (Eve's scalars)."""
     count = zero_count()
-    mu = _buffers(params, initial_value, mu_dtype, signed=True)
-    nu = _buffers(params, initial_value, nu_dtype, signed=False)
+    mu = moment_buffers(params, mu_dtype, fill_value=initial_value, signed=True)
+    nu = moment_buffers(params, nu_dtype, fill_value=initial_value, signed=False)
     if amsgrad:
-        nu_max = _buffers(params, 0.0, nu_dtype, signed=False)
+        nu_max = moment_buffers(params, nu_dtype, signed=False)
         return ScaleByAmsgradState(count=count, mu=mu, nu=nu, nu_max=nu_max)
     return state_cls(count=count, mu=mu, nu=nu, **extra_fields)
 

@@ -15,8 +15,8 @@ from ..state import _quantize
 from ..state._buffers import check_float_dtype, check_moment_dtype
 from ..tree import assert_same_structure, zeros_like
 from ._elementwise import elementwise
-from ._moments import ema as _ema
 from ._moments import packs_leaves, step_buffer
+from ._tier import ema as _ema
 
 LION_MODES = ("hard", "smooth", "refined")
 

@@ -1,0 +1,138 @@
+r"""The moment tier: the per-leaf building blocks that every transformation is written with.
+
+One home for what the update rules do again and again, so that each is written (and tested) once:
+
+- `ema(decay, g, m)`: :math:`(1-\beta) g + \beta m`, one rounding convention (Optax's order:
+  `decay * m` rounds in `m`'s dtype; `g` already widened);
+- `bias_correction(decay, count)` (:math:`1-\beta^t`, float32) and `adam_step_size(b1, b2, count)`
+  (:math:`\sqrt{1-\beta_2^t}/(1-\beta_1^t)`);
+- `moment_buffers(...)`: a moment buffer like the params, a plain array of any float dtype or
+  block-wise 8-bit for a `gradtx.quantized()` spec; `read` / `store` / `stored` / `as_stored`
+  dispatch on it (`gradtx.state._buffers`);
+- `zeros_like_params` / `copy_params`: fresh buffers from params or `jax.ShapeDtypeStruct`s
+  (a copy shares no buffer with the params, so both can be donated);
+- `scalar_dtype(params)`: the dtype of a method's scalar statistics (float32, float64 for
+  float64 params);
+- `loss_value(who, extra_args)`: the one reader of the loss passed as `value=`;
+- `stateless` / `stateless_with_params`: stateless pairs that keep (forward) the extra args;
+- `safe_ratio(numerator, denominator)`: 0 where the denominator is 0 (no NaN from 0 / 0).
+
+Internal (public inside the package): transformations import these from here, never from each
+other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from .._base._numerics import (
+    abs_sq,
+    bias_correction,
+    safe_divide,
+    safe_increment,
+    value_at,
+    wide_float,
+    widen,
+    zero_count,
+)
+from .._base._typing import ArrayLike, Params
+from ..core._transformation import monitored_value as loss_value
+from ..core._transformation import require_params, stateless, stateless_with_params
+from ..state import _quantize
+from ..state._buffers import (
+    as_stored,
+    check_float_dtype,
+    check_moment_dtype,
+    read,
+    store,
+    stored,
+)
+from ..tree import full_like
+
+
+def ema(decay: ArrayLike, g: Any, m: Any) -> Any:
+    """`(1 - decay) g + decay m` in Optax's order and precision (`decay m` rounds in `m`'s dtype,
+    so a bf16 buffer gives Optax's numbers); `g` is already widened."""
+    return (1 - decay) * g + decay * m
+
+
+def adam_step_size(b1: ArrayLike, b2: ArrayLike, count: ArrayLike) -> jax.Array:
+    r"""Adam's bias-corrected step factor :math:`\sqrt{1-\beta_2^t} / (1-\beta_1^t)`, float32."""
+    return jnp.sqrt(bias_correction(b2, count)) / bias_correction(b1, count)
+
+
+def moment_buffers(
+    params: Params, dtype: Any = None, *, fill_value: ArrayLike = 0.0, signed: bool = True
+) -> Any:
+    """Moment buffers like `params` (arrays or `jax.ShapeDtypeStruct`s), filled with
+    `fill_value`: plain arrays of `dtype` (default each leaf's own), or block-wise 8-bit ones for
+    a `gradtx.quantized()` spec (`signed` for first moments, unsigned for second moments)."""
+    if _quantize.is_quantized_dtype(dtype):
+        return _quantize.buffers_like(params, dtype, signed=signed, fill_value=fill_value)
+    return full_like(params, fill_value, dtype)
+
+
+def zeros_like_params(params: Params, dtype: Any = None) -> Any:
+    """Zero buffers like `params` (arrays or `jax.ShapeDtypeStruct`s), of `dtype` or each leaf's."""
+    return full_like(params, 0.0, dtype)
+
+
+def _copy_leaf(x: Any, dtype: Any) -> jax.Array:
+    if isinstance(x, jax.ShapeDtypeStruct):  # shapes only (abstract init): no values to copy
+        return jnp.zeros(x.shape, dtype or x.dtype, device=getattr(x, "sharding", None))
+    x = jnp.asarray(x)
+    return jnp.array(x, dtype=dtype or x.dtype, copy=True)
+
+
+def copy_params(params: Params, dtype: Any = None) -> Params:
+    """A copy of `params` (in `dtype`, default each leaf's own) that shares no buffer with them,
+    so that both can be donated to a jitted step. `jax.ShapeDtypeStruct` leaves give zeros."""
+    return jax.tree.map(lambda x: _copy_leaf(x, dtype), params)
+
+
+def scalar_dtype(params: Params) -> jnp.dtype:
+    """The dtype of a method's scalar statistics: float32, or float64 for float64 params."""
+    return wide_float(*(jnp.result_type(x) for x in jax.tree.leaves(params)))
+
+
+def safe_ratio(numerator: ArrayLike, denominator: ArrayLike) -> jax.Array:
+    """`numerator / denominator`, or 0 where the denominator is <= 0 (nothing measured yet).
+
+    Parameter-free methods divide running sums that start at 0: Optax divides unconditionally,
+    so a first step with all-zero gradients gives 0 / 0 = NaN and every later update NaN.
+    """
+    numerator, denominator = jnp.asarray(numerator), jnp.asarray(denominator)
+    positive = denominator > 0
+    return jnp.where(positive, numerator / jnp.where(positive, denominator, 1.0), 0.0)
+
+
+__all__ = [
+    "abs_sq",
+    "adam_step_size",
+    "as_stored",
+    "bias_correction",
+    "check_float_dtype",
+    "check_moment_dtype",
+    "copy_params",
+    "ema",
+    "loss_value",
+    "moment_buffers",
+    "read",
+    "require_params",
+    "safe_divide",
+    "safe_increment",
+    "safe_ratio",
+    "scalar_dtype",
+    "stateless",
+    "stateless_with_params",
+    "store",
+    "stored",
+    "value_at",
+    "wide_float",
+    "widen",
+    "zero_count",
+    "zeros_like_params",
+]
