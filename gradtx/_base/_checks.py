@@ -104,6 +104,12 @@ def check_int(who: str, name: str, value: Any, *, minimum: int | None = None) ->
         _fail(who, name, f">= {minimum}", value)
 
 
+def check_bool(who: str, name: str, value: Any) -> None:
+    """`value` is `True` or `False` (a flag; not 0 / 1, not a string, not an array)."""
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"{who}: {name} must be True or False, got {value!r}")
+
+
 def check_one_of(who: str, name: str, value: Any, allowed: Iterable[Any]) -> None:
     """`value` is one of `allowed`; the error lists them and the closest match."""
     allowed = list(allowed)
