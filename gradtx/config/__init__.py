@@ -2,10 +2,10 @@
 
 `from_config` builds an optimizer from a dict, a YAML / JSON file or string (docs/config.md is
 the schema); `to_config` writes a built one back out; `register`, `get_optimizer`,
-`get_schedule` and `available` are the registry of names the configs use, filled by discovery
-of every optimizer alias and schedule in gradtx. The nnabla and RETURNN dialects are
-`gradtx.nnabla.from_nnabla` and `gradtx.returnn.from_returnn`. The public API, re-exported
-explicitly; no logic here.
+`get_schedule` and `available` are the registry of names the configs use, filled from the
+explicit catalog (`_catalog`), each argument of a declared kind (`_kinds`). The nnabla and
+RETURNN dialects are `gradtx.nnabla.from_nnabla` and `gradtx.returnn.from_returnn`. The public
+API, re-exported explicitly; no logic here.
 """
 
 from ._errors import ConfigError as ConfigError

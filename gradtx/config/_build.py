@@ -29,8 +29,8 @@ from ..wrappers import apply_if_finite, zero_nans
 from ..wrappers import ema_params as ema_params_tx
 from ..wrappers import lr_multipliers as lr_multipliers_tx
 from ._errors import ConfigError, join
-from ._registry import lookup
-from ._schema import param_kind, params_of
+from ._kinds import params_of
+from ._registry import Entry, lookup
 
 _MUST = re.compile(r"\b([A-Za-z_]\w*) (?:must|needs|requires)\b")
 
@@ -84,15 +84,12 @@ def _argument(kind: str, value: Any, path: str) -> Any:
     return value
 
 
-def _arguments(factory: Callable[..., Any], block: Mapping[str, Any], path: str) -> dict:
-    params, _ = params_of(factory)
-    out = {}
-    for key, value in block.items():
-        if key in ("name", "warmup"):
-            continue
-        kind = param_kind(params[key]) if key in params else "any"
-        out[key] = _argument(kind, value, join(path, key))
-    return out
+def _arguments(entry: Entry, block: Mapping[str, Any], path: str) -> dict:
+    return {
+        key: _argument(entry.kinds.get(key, "any"), value, join(path, key))
+        for key, value in block.items()
+        if key not in ("name", "warmup")
+    }
 
 
 def build_schedule(block: Mapping[str, Any], path: str) -> Any:
@@ -100,7 +97,7 @@ def build_schedule(block: Mapping[str, Any], path: str) -> Any:
     from .. import schedules
 
     entry = lookup(block["name"], "schedule", join(path, "name"))
-    schedule = call(entry.factory, _arguments(entry.factory, block, path), path)
+    schedule = call(entry.factory, _arguments(entry, block, path), path)
     warm = block.get("warmup")
     if warm is not None:
         kwargs = {"schedule": schedule, "warmup_steps": warm["steps"]}
@@ -116,7 +113,7 @@ def build_schedule(block: Mapping[str, Any], path: str) -> Any:
 def build_optimizer(block: Mapping[str, Any], path: str = "optimizer") -> Any:
     """The transformation of a normalized optimizer block."""
     entry = lookup(block["name"], "optimizer", join(path, "name"))
-    return call(entry.factory, _arguments(entry.factory, block, path), path)
+    return call(entry.factory, _arguments(entry, block, path), path)
 
 
 def solver_learning_rate(block: Mapping[str, Any]) -> Any:

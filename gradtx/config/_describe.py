@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._build import solver_learning_rate
+from ._kinds import params_of
 from ._registry import lookup
-from ._schema import params_of
 
 
 def _value(value: Any) -> str:

@@ -1,6 +1,10 @@
-"""The one error type of config-driven construction."""
+"""The one error type of config-driven construction, and the pieces of its messages: config
+paths and close matches."""
 
 from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
 
 
 class ConfigError(ValueError):
@@ -30,4 +34,32 @@ def join(path: str, key: object) -> str:
     return f"{path}.{key}" if path else str(key)
 
 
-__all__ = ["ConfigError", "join"]
+# other libraries' spellings of gradtx's argument names (nnabla, PyTorch, TF, Keras)
+_SYNONYMS = {
+    "beta1": "b1",
+    "beta2": "b2",
+    "beta3": "b3",
+    "betas": "b1",
+    "epsilon": "eps",
+    "lr": "learning_rate",
+    "alpha": "learning_rate",
+    "eta": "learning_rate",
+    "wd": "weight_decay",
+    "rho": "decay",
+    "use_nesterov": "nesterov",
+    "max_grad_norm": "global_norm",
+    "clip_norm": "norm",
+}
+
+
+def did_you_mean(name: object, candidates: Iterable[object]) -> str:
+    """' (did you mean 'x'?)' for the closest candidates (also known synonyms), or ''."""
+    names = [str(c) for c in candidates]
+    close = difflib.get_close_matches(str(name), names, n=3)
+    synonym = _SYNONYMS.get(str(name).lower())
+    if synonym in names and synonym not in close:
+        close.insert(0, synonym)
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+
+
+__all__ = ["ConfigError", "did_you_mean", "join"]

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..core._transformation import GradientTransformation
 from ._build import build, built_learning_rate
+from ._errors import ConfigError
 from ._load import read
 from ._schema import validate
 
@@ -117,10 +118,31 @@ def from_config(source: Any) -> ConfiguredOptimizer:
     )
 
 
-def from_normalized(config: Mapping[str, Any], source: str) -> ConfiguredOptimizer:
-    """Build from a config that the dialects produced (validated like any other)."""
-    normalized = validate(config)
-    return configured(build(normalized), normalized, source)
+def _origin(path: str, origins: Mapping[str, str]) -> str:
+    """The dialect field a config path came from (the longest mapped prefix), or `path`."""
+    for key in sorted(origins, key=len, reverse=True):
+        if path == key or path.startswith((f"{key}.", f"{key}[")):
+            return origins[key] + path[len(key) :]
+    return path
 
 
-__all__ = ["ConfiguredOptimizer", "configured", "from_config", "from_normalized", "load_config"]
+def from_dialect(
+    config: Mapping[str, Any], source: str, origins: Mapping[str, str]
+) -> ConfiguredOptimizer:
+    """Build the plain config that a dialect translated a whole document into.
+
+    The config is validated once, like any other, and built; an error at a path that the
+    dialect filled from one of its own fields (`origins`: config path -> dialect field, e.g.
+    `optimizer.b1` -> `solver.adam_param.beta1`) names that field instead.
+    """
+    try:
+        normalized = validate(config)
+        return configured(build(normalized), normalized, source)
+    except ConfigError as e:
+        where = _origin(e.path, origins)
+        if where == e.path:
+            raise
+        raise ConfigError(e.message, where) from e
+
+
+__all__ = ["ConfiguredOptimizer", "configured", "from_config", "from_dialect", "load_config"]

@@ -1,19 +1,20 @@
-"""The registry of optimizer and schedule factories, filled by discovery.
+"""The registry of optimizer and schedule factories, filled from the catalog.
 
 Names are case- and separator-insensitive: a name is compared after lower-casing it and removing
 `_`, `-`, `.` and spaces, so `"AdamW"`, `"adam_w"` and `"adam-w"` are all `adamw`, and
-`"nnabla_adam"` is `nnabla.adam`. The registry is filled on first use by walking the library:
+`"nnabla_adam"` is `nnabla.adam`. The registry is filled on first use from the explicit catalog
+(`_catalog.SECTIONS`):
 
-- every name in the `__all__` of the modules of `gradtx.optimizers` (the top-level aliases);
-- every public function of `gradtx.contrib` that returns a `GradientTransformation`, except the
-  `scale_by_*` primitives, under its bare name (`muon`) and as `contrib.<name>`; where the bare
-  name is already a top-level gradtx name, `contrib.<name>` is the canonical name;
+- the top-level aliases of `gradtx.optimizers`;
+- the optax.contrib optimizers of `gradtx.contrib`, under their bare name (`muon`) and as
+  `contrib.<name>`; where the bare name is already a top-level gradtx name, `contrib.<name>` is
+  the canonical name;
 - the solvers of `gradtx.nnabla` and `gradtx.returnn` as `nnabla.<name>` and `returnn.<name>`
   (`nnabla.adam` is nnabla's Adam, `adam` is Optax's);
-- every schedule constructor of `gradtx.schedules` (schedules have their own namespace; the Optax
+- the schedule constructors of `gradtx.schedules` (schedules have their own namespace; the Optax
   spellings such as `cosine_decay_schedule` are aliases of the same constructor).
 
-Optimizers added to those modules later are found the same way, with no list to update.
+Each entry carries the declared kind of each of its factory's arguments (`_kinds`).
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ from __future__ import annotations
 import difflib
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._errors import ConfigError
+from ._errors import ConfigError, did_you_mean
+from ._kinds import KINDS, declared, params_of
 
-KINDS = ("optimizer", "schedule")
+REGISTRY_KINDS = ("optimizer", "schedule")
 _SEPARATORS = re.compile(r"[\s_\-.]+")
 
 
@@ -38,19 +40,22 @@ def normalize(name: str) -> str:
 
 @dataclass
 class Entry:
-    """A registered factory: its canonical name, kind, origin and aliases."""
+    """A registered factory: its canonical name, kind, origin, aliases, and the declared kind of
+    each argument (`_kinds`; "any" for arguments it takes through `**kwargs`)."""
 
     name: str
     factory: Callable[..., Any]
     kind: str
     origin: str
     aliases: list[str] = field(default_factory=list)
+    kinds: dict[str, str] = field(default_factory=dict)
+    nullable: frozenset[str] = frozenset()
 
 
 class _Registry:
     def __init__(self) -> None:
-        self.entries: dict[str, dict[str, Entry]] = {k: {} for k in KINDS}  # key -> entry
-        self.names: dict[str, dict[str, str]] = {k: {} for k in KINDS}  # key -> shown name
+        self.entries: dict[str, dict[str, Entry]] = {k: {} for k in REGISTRY_KINDS}  # key -> entry
+        self.names: dict[str, dict[str, str]] = {k: {} for k in REGISTRY_KINDS}  # key -> shown name
         self.discovered = False
         self.lock = threading.RLock()
 
@@ -63,6 +68,7 @@ class _Registry:
         aliases: Iterable[str] = (),
         *,
         overwrite: bool = False,
+        kinds: tuple[dict[str, str], frozenset[str]] | None = None,
     ) -> Entry:
         entries, names = self.entries[kind], self.names[kind]
         key = normalize(name)
@@ -84,7 +90,15 @@ class _Registry:
             )
         if old is not None and old.name != name and normalize(old.name) != key:
             old.aliases = [a for a in old.aliases if normalize(a) != key]
-        entry = Entry(name=name, factory=factory, kind=kind, origin=origin)
+        arg_kinds, nullable = kinds if kinds is not None else declared(kind, name, factory)
+        entry = Entry(
+            name=name,
+            factory=factory,
+            kind=kind,
+            origin=origin,
+            kinds=arg_kinds,
+            nullable=nullable,
+        )
         entries[key] = entry
         names[key] = name
         for alias in aliases:
@@ -134,21 +148,22 @@ def _discover() -> None:
     top_level: set[str] = set()
     seen: dict[int, Entry] = {}
     for section, name, fn in entries():
+        kinds = declared(section.kind, f"{section.prefix}{name}", fn)
         if section.kind == "schedule":
             if id(fn) in seen:
                 reg.alias("schedule", name, seen[id(fn)])
             else:
-                seen[id(fn)] = reg.add("schedule", name, fn, section.origin)
+                seen[id(fn)] = reg.add("schedule", name, fn, section.origin, kinds=kinds)
         elif section.origin == "gradtx":
             top_level.add(normalize(name))
-            reg.add("optimizer", name, fn, "gradtx")
+            reg.add("optimizer", name, fn, "gradtx", kinds=kinds)
         elif section.origin == "contrib":
             taken = normalize(name) in top_level or name in PREFIXED_ONLY
             canonical = f"contrib.{name}" if taken else name
             aliases = [] if taken else [f"contrib.{name}"]
-            reg.add("optimizer", canonical, fn, "contrib", aliases)
+            reg.add("optimizer", canonical, fn, "contrib", aliases, kinds=kinds)
         else:
-            reg.add("optimizer", f"{section.prefix}{name}", fn, section.origin)
+            reg.add("optimizer", f"{section.prefix}{name}", fn, section.origin, kinds=kinds)
 
 
 def _ensure() -> _Registry:
@@ -156,20 +171,42 @@ def _ensure() -> _Registry:
         with _REGISTRY.lock:
             if not _REGISTRY.discovered:
                 user = [
-                    (e.kind, e.name, e.factory, list(e.aliases))
-                    for kind in KINDS
+                    (e.kind, e.name, e.factory, list(e.aliases), (e.kinds, e.nullable))
+                    for kind in REGISTRY_KINDS
                     for e in _REGISTRY.canonical(kind)
                 ]
                 _discover()
                 _REGISTRY.discovered = True
-                for kind, name, factory, aliases in user:  # registered before discovery
-                    _REGISTRY.add(kind, name, factory, "user", aliases, overwrite=True)
+                for kind, name, factory, aliases, kinds in user:  # registered before discovery
+                    _REGISTRY.add(kind, name, factory, "user", aliases, overwrite=True, kinds=kinds)
     return _REGISTRY
 
 
 def _check_kind(who: str, kind: str) -> None:
-    if kind not in KINDS:
-        raise ConfigError(f"{who}: kind must be one of {list(KINDS)}, got {kind!r}")
+    if kind not in REGISTRY_KINDS:
+        raise ConfigError(f"{who}: kind must be one of {list(REGISTRY_KINDS)}, got {kind!r}")
+
+
+def _user_kinds(
+    factory: Callable[..., Any], kinds: Mapping[str, str] | None
+) -> tuple[dict[str, str], frozenset[str]]:
+    given = dict(kinds or {})
+    try:
+        params, var_kw = params_of(factory)
+    except (TypeError, ValueError):
+        params, var_kw = {}, True
+    for arg, kind in given.items():
+        if kind not in KINDS:
+            raise ConfigError(
+                f"register: the kind of {arg!r} must be one of {list(KINDS)}, got {kind!r}"
+                f"{did_you_mean(kind, KINDS)}"
+            )
+        if arg not in params and not var_kw:
+            raise ConfigError(
+                f"register: kinds names {arg!r}, which the factory does not take"
+                f"{did_you_mean(arg, params)}; its arguments are {list(params)}"
+            )
+    return declared("user", "", factory, given)
 
 
 def register(
@@ -179,12 +216,15 @@ def register(
     aliases: Iterable[str] = (),
     kind: str = "optimizer",
     overwrite: bool = False,
+    kinds: Mapping[str, str] | None = None,
 ) -> Callable[..., Any]:
     """Register a factory so that configs can name it.
 
-    The factory's keyword arguments become the config block's hyperparameters (their
-    annotations decide how values are checked, see docs/config.md). Names are case- and
-    separator-insensitive.
+    The factory's arguments become the config block's hyperparameters. How a config gives each
+    is its kind (docs/config.md): the one declared in `kinds`, else the one gradtx declares for
+    that argument name (`learning_rate` a number or a schedule block, `mask` patterns,
+    `nesterov` a flag, `mu_dtype` a dtype name, ...), else "any" (handed over unchecked).
+    Names are case- and separator-insensitive.
 
     Args:
       name: the canonical name, e.g. `"my_adam"`.
@@ -193,6 +233,10 @@ def register(
       aliases: other names for it.
       kind: "optimizer" or "schedule".
       overwrite: replace an existing factory of the same (normalized) name instead of raising.
+      kinds: `{argument: kind}` for arguments whose kind is not their name's, e.g.
+        `{"warmup": "schedule"}`; the kinds are "number", "int", "bool", "str", "dtype",
+        "scalar_or_schedule", "schedule", "schedule_list", "optimizer", "mask", "int_list",
+        "mapping", "rules" and "any".
 
     Returns:
       `factory`, so that `register` can be used as `register("x", fn)` or via `functools.partial`
@@ -212,8 +256,11 @@ def register(
         raise ConfigError(f"register: factory must be callable, got {type(factory).__name__}")
     if isinstance(aliases, str):
         aliases = [aliases]
+    declared_kinds = _user_kinds(factory, kinds)
     with _REGISTRY.lock:
-        _ensure().add(kind, name, factory, "user", list(aliases), overwrite=overwrite)
+        _ensure().add(
+            kind, name, factory, "user", list(aliases), overwrite=overwrite, kinds=declared_kinds
+        )
     return factory
 
 

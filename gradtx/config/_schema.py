@@ -8,14 +8,13 @@ the optimizer is constructed (`_build`), with their messages moved under the con
 
 from __future__ import annotations
 
-import difflib
-import functools
 import inspect
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from ._errors import ConfigError, join
+from ._errors import ConfigError, did_you_mean, join
+from ._kinds import params_of
 from ._registry import Entry, lookup
 
 SECTIONS = (
@@ -64,34 +63,6 @@ WEIGHT_DECAY_MODES = ("coupled", "decoupled")
 NONFINITE_ACTIONS = ("zero", "skip")
 
 
-# other libraries' spellings of gradtx's argument names (nnabla, PyTorch, TF, Keras)
-_SYNONYMS = {
-    "beta1": "b1",
-    "beta2": "b2",
-    "beta3": "b3",
-    "betas": "b1",
-    "epsilon": "eps",
-    "lr": "learning_rate",
-    "alpha": "learning_rate",
-    "eta": "learning_rate",
-    "wd": "weight_decay",
-    "rho": "decay",
-    "use_nesterov": "nesterov",
-    "max_grad_norm": "global_norm",
-    "clip_norm": "norm",
-}
-
-
-def did_you_mean(name: str, candidates: Any) -> str:
-    """' (did you mean 'x'?)' for the closest candidates (also known synonyms), or ''."""
-    names = [str(c) for c in candidates]
-    close = difflib.get_close_matches(str(name), names, n=3)
-    synonym = _SYNONYMS.get(str(name).lower())
-    if synonym in names and synonym not in close:
-        close.insert(0, synonym)
-    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
-
-
 def _shown(value: Any) -> str:
     if isinstance(value, Mapping):
         return "a mapping"
@@ -100,64 +71,6 @@ def _shown(value: Any) -> str:
     if callable(value):
         return f"a {type(value).__name__} (configs hold data; name a registered factory)"
     return repr(value)
-
-
-# --------------------------------------------------------------------------------------------
-# Parameter kinds, from the factories' annotations
-# --------------------------------------------------------------------------------------------
-
-
-def _annotation(param: inspect.Parameter) -> str:
-    ann = param.annotation
-    if ann is inspect.Parameter.empty:
-        return ""
-    return ann if isinstance(ann, str) else getattr(ann, "__name__", str(ann))
-
-
-def param_kind(param: inspect.Parameter) -> str:
-    """How a factory argument is given in a config, from its name and annotation."""
-    ann = _annotation(param)
-    base = re.sub(r"\s*\|\s*None|None\s*\|\s*", "", ann).strip()
-    if param.name.endswith("dtype"):
-        return "dtype"
-    if param.name == "learning_rate" or "ScalarOrSchedule" in ann:
-        return "scalar_or_schedule"
-    if "GradientTransformation" in ann:
-        return "optimizer"
-    if "MaskOrFn" in ann:
-        return "mask"
-    if re.match(r"(Sequence|Iterable|list)\[(Schedule|Callable)", base):
-        return "schedule_list"
-    if "Schedule" in base or base.startswith("Callable"):
-        return "schedule"
-    simple = {"bool": "bool", "int": "int", "float": "number", "ArrayLike": "number", "str": "str"}
-    if base in simple:
-        return simple[base]
-    if re.match(r"(Sequence|list|tuple)\[int", base):
-        return "int_list"
-    if base.startswith(("Mapping", "dict")):
-        return "mapping"
-    return "any"
-
-
-def optional(param: inspect.Parameter) -> bool:
-    return "None" in _annotation(param) or param.default is None
-
-
-@functools.cache
-def signature(factory: Callable[..., Any]) -> inspect.Signature:
-    return inspect.signature(factory)
-
-
-def params_of(factory: Callable[..., Any]) -> tuple[dict[str, inspect.Parameter], bool]:
-    """The factory's named parameters, and whether it takes `**kwargs`."""
-    params, var_kw = {}, False
-    for p in signature(factory).parameters.values():
-        if p.kind is inspect.Parameter.VAR_KEYWORD:
-            var_kw = True
-        elif p.kind is not inspect.Parameter.VAR_POSITIONAL:
-            params[p.name] = p
-    return params, var_kw
 
 
 # --------------------------------------------------------------------------------------------
@@ -205,7 +118,7 @@ def _dtype(value: Any, path: str) -> str:
 
 
 def check_value(kind: str, value: Any, path: str, *, nullable: bool = False) -> Any:
-    """`value` checked and normalized for a parameter of `kind` (see `param_kind`)."""
+    """`value` checked and normalized for an argument of `kind` (one of `_kinds.KINDS`)."""
     if value is None:
         if nullable or kind == "any":
             return None
@@ -316,7 +229,9 @@ def _hyperparameters(
                 f"hyperparameters are {list(params)}",
                 where,
             )
-        out[key] = check_value(param_kind(param), value, where, nullable=optional(param))
+        out[key] = check_value(
+            entry.kinds.get(key, "any"), value, where, nullable=key in entry.nullable
+        )
     for name, param in params.items():
         if param.default is inspect.Parameter.empty and name not in out:
             raise ConfigError(f"missing: {entry.name} requires {name!r}", join(path, name))
@@ -454,8 +369,6 @@ __all__ = [
     "SECTIONS",
     "SECTION_KEYS",
     "check_value",
-    "param_kind",
-    "params_of",
     "validate",
     "validate_optimizer",
     "validate_schedule",

@@ -9,6 +9,11 @@ counts by the number of workers), `update_interval` (gradients summed over the i
 `parameter_variable` (which parameters are trained). The result is an ordinary gradtx config
 (`to_config` shows it) built by `from_config`. Unknown or unused fields raise a `ConfigError`
 naming them.
+
+The translation is one pass over the whole document: it renames nnabla's fields to gradtx's,
+raises only for what is nnabla's own (an unknown field or solver type, an unused block), and hands
+the values over as they are; the config layer validates the result once (`from_dialect`), and
+its messages name the nnabla field a value came from (`solver.adam_param.beta1`).
 """
 
 from __future__ import annotations
@@ -17,10 +22,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..config._errors import ConfigError, join
-from ..config._from_config import ConfiguredOptimizer, from_normalized
+from ..config._errors import ConfigError, did_you_mean, join
+from ..config._from_config import ConfiguredOptimizer, from_dialect
 from ..config._load import read
-from ..config._schema import check_value, did_you_mean
 from ._nntxt import LOOP_FIELDS, optimizer_message
 from ._nntxt import load as load_nntxt
 
@@ -219,8 +223,30 @@ _SOLVER_FIELDS = {
 _OPTIMIZER_FIELDS = {"solver", "update_interval", "parameter_variable"}
 
 
-def _number(value: Any, path: str) -> Any:
-    return check_value("number", value, path)
+def _is(value: Any, *literals: float) -> bool:
+    """Whether `value` is one of `literals` given as a number (not a bool, not a string)."""
+    return type(value) in (int, float) and value in literals
+
+
+def _scalar(value: Any, default: Any, path: str) -> Any:
+    """A solver field's value as given: nnabla's solver fields are protobuf scalars, so a mapping
+    or a list is refused here (gradtx would read a mapping as a schedule block)."""
+    if isinstance(value, Mapping | list | tuple):
+        wanted = "true or false" if isinstance(default, bool) else "a number"
+        shown = "a mapping" if isinstance(value, Mapping) else "a list"
+        raise ConfigError(f"must be {wanted}, got {shown}", path)
+    return value
+
+
+def _trained(multiplier: Any) -> Any:
+    """nnabla's loader trains a parameter whose multiplier is > 0 (1.0) and no other (0.0); a
+    value that is no number is handed on as it is, for the config layer to name."""
+    if isinstance(multiplier, bool) or not isinstance(multiplier, int | float | str):
+        return multiplier
+    try:
+        return 1.0 if float(multiplier) > 0 else 0.0
+    except ValueError:
+        return multiplier
 
 
 def _pattern(name: Any, path: str) -> str:
@@ -236,11 +262,11 @@ def _pattern(name: Any, path: str) -> str:
     return f"{name.strip('/')}*/**"
 
 
-def _multipliers(entries: Any, apply: bool) -> dict[str, Any]:
+def _multipliers(entries: Any, apply: bool, paths: dict[str, str]) -> dict[str, Any]:
     path = "parameter_variable"
     if not isinstance(entries, list):
         raise ConfigError("must be a list of {variable_name, learning_rate_multiplier}", path)
-    rules: dict[str, float] = {}
+    rules: dict[str, Any] = {}
     for i, entry in enumerate(entries):
         where = join(path, i)
         if not isinstance(entry, Mapping):
@@ -253,42 +279,41 @@ def _multipliers(entries: Any, apply: bool) -> dict[str, Any]:
                     join(where, key),
                 )
         pattern = _pattern(entry.get("variable_name"), join(where, "variable_name"))
-        mult = _number(
-            entry.get("learning_rate_multiplier", 0.0), join(where, "learning_rate_multiplier")
-        )
+        mult = entry.get("learning_rate_multiplier", 0.0)
         rules.pop(pattern, None)
-        rules[pattern] = float(mult) if apply else (1.0 if mult > 0 else 0.0)
+        rules[pattern] = mult if apply else _trained(mult)
+        paths[f"lr_multipliers.rules[{pattern!r}]"] = join(where, "learning_rate_multiplier")
     # nnabla: a later entry overrides an earlier one for the same variable -> first match wins
     return {"rules": dict(reversed(list(rules.items()))), "default": 0.0, "strict": False}
 
 
 def _learning_rate(solver: Mapping[str, Any], init_lr: Any, comm_size: int) -> Any:
-    kind = check_value("str", solver.get("lr_scheduler_type", ""), "solver.lr_scheduler_type")
-    warm = check_value(
-        "str", solver.get("lr_warmup_scheduler_type", ""), "solver.lr_warmup_scheduler_type"
-    )
-    decay = check_value("number", solver.get("lr_decay", 0.0), "solver.lr_decay")
-    interval = check_value("int", solver.get("lr_decay_interval", 0), "solver.lr_decay_interval")
-    for name in _SCHEDULER_BLOCKS.values():
-        if name in solver and _SCHEDULER_BLOCKS.get(kind) != name:
-            raise ConfigError(f"unused: lr_scheduler_type is {kind!r}", join("solver", name))
-    if "linear_warmup_scheduler_param" in solver and warm != "Linear":
+    """The learning rate: `init_lr`, or nnabla's scheduler fields as a schedule block."""
+    kind = solver.get("lr_scheduler_type", "")
+    warm = solver.get("lr_warmup_scheduler_type", "")
+    decay = solver.get("lr_decay", 0.0)
+    interval = solver.get("lr_decay_interval", 0)
+    if isinstance(kind, str):  # otherwise the config layer names the wrong type
+        for name in _SCHEDULER_BLOCKS.values():
+            if name in solver and _SCHEDULER_BLOCKS.get(kind) != name:
+                raise ConfigError(f"unused: lr_scheduler_type is {kind!r}", join("solver", name))
+        if kind != "" and not (_is(decay, 0, 1) and _is(interval, 0, 1)):
+            raise ConfigError(
+                f"unused: nnabla reads lr_decay / lr_decay_interval only when lr_scheduler_type "
+                f"is '' (here {kind!r}); remove them",
+                "solver.lr_decay",
+            )
+    if "linear_warmup_scheduler_param" in solver and isinstance(warm, str) and warm != "Linear":
         raise ConfigError(
             f"unused: lr_warmup_scheduler_type is {warm!r}", "solver.linear_warmup_scheduler_param"
         )
-    if kind != "" and (decay not in (0, 0.0, 1, 1.0) or interval not in (0, 1)):
-        raise ConfigError(
-            f"unused: nnabla reads lr_decay / lr_decay_interval only when lr_scheduler_type is "
-            f"'' (here {kind!r}); remove them",
-            "solver.lr_decay",
-        )
-    if kind == "" and warm == "" and decay in (0, 0.0) and interval == 0 and comm_size == 1:
+    if kind == "" and warm == "" and _is(decay, 0) and _is(interval, 0) and comm_size == 1:
         return init_lr
     block: dict[str, Any] = {"name": "nnabla_solver_schedule", "init_lr": init_lr}
     for key in ("lr_scheduler_type", "lr_warmup_scheduler_type", "linear_warmup_scheduler_param"):
         if key in solver:
             block[key] = solver[key]
-    if kind in _SCHEDULER_BLOCKS and _SCHEDULER_BLOCKS[kind] in solver:
+    if isinstance(kind, str) and kind in _SCHEDULER_BLOCKS and _SCHEDULER_BLOCKS[kind] in solver:
         block[_SCHEDULER_BLOCKS[kind]] = solver[_SCHEDULER_BLOCKS[kind]]
     if kind == "":
         block.update(lr_decay=decay, lr_decay_interval=interval)
@@ -298,14 +323,14 @@ def _learning_rate(solver: Mapping[str, Any], init_lr: Any, comm_size: int) -> A
 
 
 def _solver(solver: Mapping[str, Any], comm_size: int) -> tuple[dict[str, Any], dict, dict]:
-    """(optimizer block, weight_decay section or {}, native path -> nnabla path)."""
+    """(optimizer block, weight_decay section or {}, config path -> nnabla field)."""
     kind = solver.get("type")
     if not isinstance(kind, str | None):
         raise ConfigError(f"must be a solver type name such as 'Adam', got {kind!r}", "solver.type")
     if kind not in _SOLVERS:
         label = "missing" if kind is None else f"unsupported solver type {kind!r}"
         raise ConfigError(
-            f"{label}{did_you_mean(str(kind), SOLVER_TYPES) if kind else ''}; the types are "
+            f"{label}{did_you_mean(kind, SOLVER_TYPES) if kind else ''}; the types are "
             f"{SOLVER_TYPES}",
             "solver.type",
         )
@@ -320,41 +345,39 @@ def _solver(solver: Mapping[str, Any], comm_size: int) -> tuple[dict[str, Any], 
                 join("solver", key),
             )
         raise ConfigError(
-            f"unsupported solver field {key!r}"
-            f"{did_you_mean(str(key), [*_SOLVER_FIELDS, block_name])}",
+            f"unsupported solver field {key!r}{did_you_mean(key, [*_SOLVER_FIELDS, block_name])}",
             join("solver", key),
         )
     given = solver.get(block_name, {})
     if not isinstance(given, Mapping):
         raise ConfigError("must be a mapping of the solver's parameters", f"solver.{block_name}")
-    block: dict[str, Any] = {"name": name}
-    paths = {}
     for key in given:
         if key not in fields:
             raise ConfigError(
-                f"{kind} has no parameter {key!r}{did_you_mean(str(key), fields)}; its "
+                f"{kind} has no parameter {key!r}{did_you_mean(key, fields)}; its "
                 f"parameters are {list(fields)}",
                 f"solver.{block_name}.{key}",
             )
+    block: dict[str, Any] = {"name": name}
+    paths = {}
     for field, (arg, default) in fields.items():
         where = f"solver.{block_name}.{field}"
-        value = given.get(field, default)
-        kind_of = "bool" if isinstance(default, bool) else "number"
-        block[arg] = check_value(kind_of, value, where)
+        block[arg] = _scalar(given.get(field, default), default, where)
         paths[join("optimizer", arg)] = where
     block.update(fixed)
-    rate = _number(solver.get("weight_decay", 0.0), "solver.weight_decay")
+    rate = _scalar(solver.get("weight_decay", 0.0), 0.0, "solver.weight_decay")
     section: dict[str, Any] = {}
-    if decay_mode == "coupled":
-        if rate > 0:
+    if not _is(rate, 0):  # nnabla's default 0: no decay; a wrong value goes on to be named
+        if decay_mode == "coupled":
             section = {"rate": rate, "mode": "coupled"}
             paths["weight_decay.rate"] = "solver.weight_decay"
-    elif rate > 0:
-        block[decay_mode] = rate  # the training loop's Solver.weight_decay(rate) every step
-        paths[join("optimizer", decay_mode)] = "solver.weight_decay"
+        else:
+            block[decay_mode] = rate  # the training loop's Solver.weight_decay(rate) every step
+            paths[join("optimizer", decay_mode)] = "solver.weight_decay"
     block["learning_rate"] = _learning_rate(solver, block["learning_rate"], comm_size)
     if isinstance(block["learning_rate"], dict):
-        lr_path = paths.pop("optimizer.learning_rate")
+        lr_path = paths["optimizer.learning_rate"]
+        paths["optimizer.learning_rate"] = "solver"  # the scheduler's own messages
         for key in block["learning_rate"]:
             paths[f"optimizer.learning_rate.{key}"] = f"solver.{key}"
         paths["optimizer.learning_rate.init_lr"] = lr_path
@@ -364,8 +387,8 @@ def _solver(solver: Mapping[str, Any], comm_size: int) -> tuple[dict[str, Any], 
 def nnabla_config(
     config: Any, *, comm_size: int = 1, apply_multipliers: bool = False, name: str | None = None
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """The gradtx config equivalent to an nnabla optimizer config, and the map from its paths
-    to the nnabla fields they came from."""
+    """The plain gradtx config (not yet validated) that an nnabla optimizer config translates
+    to, and the map from its paths to the nnabla fields they came from."""
     loaded = load_nntxt(config)
     if loaded is None:
         raw, where = read(config, "nnabla config")
@@ -382,7 +405,7 @@ def nnabla_config(
             why = (
                 " (a training-loop setting, not an optimizer one; remove it)"
                 if key in LOOP_FIELDS
-                else did_you_mean(str(key), _OPTIMIZER_FIELDS)
+                else did_you_mean(key, _OPTIMIZER_FIELDS)
             )
             raise ConfigError(f"unsupported optimizer field {key!r}{why}", str(key))
         solver = raw["solver"]
@@ -395,13 +418,13 @@ def nnabla_config(
     if section:
         out["weight_decay"] = section
     if "parameter_variable" in raw:
-        out["lr_multipliers"] = _multipliers(raw["parameter_variable"], apply_multipliers)
-    interval = check_value("int", raw.get("update_interval", 1), "update_interval")
-    if interval > 1:
-        out["accumulate"] = {"k": interval, "average": False}
-    elif interval < 0:
+        out["lr_multipliers"] = _multipliers(raw["parameter_variable"], apply_multipliers, paths)
+    interval = raw.get("update_interval", 1)
+    if type(interval) in (int, float) and interval < 0:  # nnabla's 0 and 1: no accumulation
         raise ConfigError(f"must be >= 0, got {interval}", "update_interval")
-    paths["accumulate.k"] = "update_interval"
+    if not _is(interval, 0, 1):
+        out["accumulate"] = {"k": interval, "average": False}
+        paths["accumulate.k"] = "update_interval"
     return out, paths
 
 
@@ -459,12 +482,7 @@ def from_nnabla(
     native, paths = nnabla_config(
         config, comm_size=comm_size, apply_multipliers=apply_multipliers, name=name
     )
-    try:
-        return from_normalized(native, "nnabla")
-    except ConfigError as e:
-        if e.path in paths:
-            raise ConfigError(e.message, paths[e.path]) from e
-        raise
+    return from_dialect(native, "nnabla", paths)
 
 
 __all__ = ["SOLVER_TYPES", "from_nnabla", "nnabla_config"]

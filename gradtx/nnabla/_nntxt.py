@@ -10,9 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..config._errors import ConfigError
+from ..config._errors import ConfigError, did_you_mean
 from ..config._load import read_text
-from ..config._schema import did_you_mean
 
 SUFFIXES = (".nntxt", ".prototxt")
 # Fields that nnabla's .proto declares `repeated`: lists even when they appear once.

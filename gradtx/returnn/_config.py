@@ -7,6 +7,11 @@ looked up ignoring case and an "Optimizer" suffix, `epsilon` injected from `opti
 noise, value clipping, per-tensor and global norm clipping, NaN/Inf filtering. The result is an
 ordinary gradtx config (`to_config` shows it) built by `from_config`. Options gradtx does not
 reproduce raise a `ConfigError` naming them.
+
+The translation is one pass over the whole document: it renames RETURNN's options to gradtx's,
+raises only for what is RETURNN's own (an unknown option or class, an unused option), and hands
+the values over as they are; the config layer validates the result once (`from_dialect`), and
+its messages name the RETURNN option a value came from (`gradient_clip_global_norm`).
 """
 
 from __future__ import annotations
@@ -14,10 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..config._errors import ConfigError, join
-from ..config._from_config import ConfiguredOptimizer, from_normalized
+from ..config._errors import ConfigError, did_you_mean, join
+from ..config._from_config import ConfiguredOptimizer, from_dialect
 from ..config._load import read
-from ..config._schema import check_value, did_you_mean
 
 _ADAM_KW = {"beta1": "b1", "beta2": "b2", "epsilon": "eps"}
 # class (lower case, no "Optimizer" suffix) -> (gradtx solver, {RETURNN kwarg: gradtx argument})
@@ -71,6 +75,45 @@ for _flag in ("adam", "nadam", "adadelta", "adagrad", "rmsprop"):
     _WHY[_flag] = "a legacy optimizer flag (BehaviorVersion < 2); use optimizer={'class': ...}"
 
 
+def _is(value: Any, *literals: float) -> bool:
+    """Whether `value` is one of `literals` given as a number (not a bool, not a string)."""
+    return type(value) in (int, float) and value in literals
+
+
+def _float(value: Any) -> float | None:
+    """`value` as a float for the translation's own arithmetic, or None where it is no number
+    (then it is handed on as it is, for the config layer to name)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _scalar(value: Any, path: str) -> Any:
+    """RETURNN's learning rate and momentum are numbers: a mapping or a list is refused here
+    (gradtx would read a mapping as a schedule block)."""
+    if isinstance(value, Mapping | list | tuple):
+        shown = "a mapping" if isinstance(value, Mapping) else "a list"
+        raise ConfigError(f"must be a number, got {shown}", path)
+    return value
+
+
+def _scaled(lr: Any, mult: Any, paths: dict[str, str]) -> Any:
+    """RETURNN's `learning_rate` times the optimizer dict's `learning_rate_multiplier`."""
+    paths["optimizer.learning_rate"] = "learning_rate"
+    if mult is None:
+        return lr
+    lr_value, mult_value = _float(lr), _float(mult)
+    if lr_value is None:
+        return lr
+    if mult_value is None:
+        paths["optimizer.learning_rate"] = "optimizer.learning_rate_multiplier"
+        return mult
+    return lr_value * mult_value
+
+
 def _class_name(value: Any, path: str) -> str:
     if not isinstance(value, str):
         raise ConfigError(f"must be a class name such as 'adam', got {value!r}", path)
@@ -87,13 +130,13 @@ def _class_name(value: Any, path: str) -> str:
 
 
 def returnn_config(config: Any) -> tuple[dict[str, Any], dict[str, str]]:
-    """The gradtx config equivalent to RETURNN's optimizer options, and the map from its paths
-    to the RETURNN options they came from."""
+    """The plain gradtx config (not yet validated) that RETURNN's optimizer options translate
+    to, and the map from its paths to the RETURNN options they came from."""
     raw, _ = read(config, "RETURNN config")
     for key in raw:
         if key not in _SUPPORTED:
             why = _WHY.get(str(key))
-            hint = f" ({why})" if why else did_you_mean(str(key), _SUPPORTED)
+            hint = f" ({why})" if why else did_you_mean(key, _SUPPORTED)
             raise ConfigError(f"unsupported RETURNN option {key!r}{hint}", str(key))
     if "optimizer" not in raw:
         raise ConfigError("missing: give optimizer={'class': 'adam', ...}", "optimizer")
@@ -108,8 +151,8 @@ def returnn_config(config: Any) -> tuple[dict[str, Any], dict[str, str]]:
     name, kwargs = _CLASSES[key]
     paths: dict[str, str] = {}
     block: dict[str, Any] = {"name": name}
-    lr = check_value("number", raw.get("learning_rate", 1.0), "learning_rate")
-    mult = 1.0
+    lr = _scalar(raw.get("learning_rate", 1.0), "learning_rate")
+    mult = None
     for item, value in opt.items():
         where = join("optimizer", item)
         if item == "class":
@@ -121,30 +164,27 @@ def returnn_config(config: Any) -> tuple[dict[str, Any], dict[str, str]]:
                 where,
             )
         if item == "learning_rate_multiplier":
-            mult = check_value("number", value, where)
+            mult = _scalar(value, where)
             continue
         if item not in kwargs:
             raise ConfigError(
                 f"{opt['class']} takes no option {item!r}"
-                f"{did_you_mean(str(item), [*kwargs, 'learning_rate_multiplier'])}; its options "
+                f"{did_you_mean(item, [*kwargs, 'learning_rate_multiplier'])}; its options "
                 f"are {[*kwargs, 'learning_rate_multiplier']}",
                 where,
             )
-        block[kwargs[item]] = value
+        block[kwargs[item]] = _scalar(value, where) if kwargs[item] == "momentum" else value
         paths[join("optimizer", kwargs[item])] = where
-    block["learning_rate"] = lr * mult
-    paths["optimizer.learning_rate"] = "learning_rate"
+    block["learning_rate"] = _scaled(lr, mult, paths)
     if "epsilon" in kwargs and "eps" not in block:
-        block["eps"] = check_value(
-            "number", raw.get("optimizer_epsilon", 1e-16), "optimizer_epsilon"
-        )
+        block["eps"] = raw.get("optimizer_epsilon", 1e-16)
         paths["optimizer.eps"] = "optimizer_epsilon"
     momentum = raw.get("momentum")
     if momentum is not None:
         if "momentum" not in kwargs.values():
             raise ConfigError(f"unused: the class {opt['class']!r} takes no momentum", "momentum")
-        if "momentum" not in block and check_value("number", momentum, "momentum") != 0:
-            block["momentum"] = momentum
+        if "momentum" not in block and not _is(momentum, 0):
+            block["momentum"] = _scalar(momentum, "momentum")
             paths["optimizer.momentum"] = "momentum"
     if key == "momentum" and "momentum" not in block:
         raise ConfigError(
@@ -166,16 +206,21 @@ def returnn_config(config: Any) -> tuple[dict[str, Any], dict[str, str]]:
         out["clip"] = clip
     sigma = raw.get("gradient_noise")
     if sigma is not None:
-        sigma = check_value("number", sigma, "gradient_noise")
-        if sigma < 0:
-            raise ConfigError(f"must be >= 0, got {sigma}", "gradient_noise")
-        if sigma > 0:
-            out["noise"] = {"eta": float(sigma) ** 2, "gamma": 0.0, "truncation": 2.0}
+        std = _float(sigma)
+        if std is None:  # no number: handed on, named by the config layer
+            out["noise"] = {"eta": sigma, "gamma": 0.0, "truncation": 2.0}
+            paths["noise.eta"] = "gradient_noise"
+        elif std < 0:  # its square, the variance, would hide the sign
+            raise ConfigError(f"must be >= 0, got {std}", "gradient_noise")
+        elif std > 0:
+            out["noise"] = {"eta": std**2, "gamma": 0.0, "truncation": 2.0}
     nan_filter = raw.get("gradient_nan_inf_filter", False)
-    if check_value("bool", nan_filter, "gradient_nan_inf_filter"):
+    if not isinstance(nan_filter, bool):  # a flag with no config value to hand it on as
+        raise ConfigError(f"must be true or false, got {nan_filter!r}", "gradient_nan_inf_filter")
+    if nan_filter:
         out["nonfinite"] = {"action": "zero"}
     k = raw.get("accum_grad_multiple_step")
-    if k is not None and check_value("int", k, "accum_grad_multiple_step") != 1:
+    if k is not None and not _is(k, 1):
         out["accumulate"] = {"k": k, "average": False}
         paths["accumulate.k"] = "accum_grad_multiple_step"
     return out, paths
@@ -215,12 +260,7 @@ def from_returnn(config: Any) -> ConfiguredOptimizer:
     Reference: RETURNN `returnn/tf/updater.py` (`Updater`, `get_optimizer_class`).
     """
     native, paths = returnn_config(config)
-    try:
-        return from_normalized(native, "returnn")
-    except ConfigError as e:
-        if e.path in paths:
-            raise ConfigError(e.message, paths[e.path]) from e
-        raise
+    return from_dialect(native, "returnn", paths)
 
 
 __all__ = ["CLASSES", "from_returnn", "returnn_config"]
