@@ -29,6 +29,7 @@ from ..transforms._momentum import trace
 from ..transforms._scaling import scale, scale_by_learning_rate
 from ..transforms._trust_ratio import scale_by_param_block_rms
 from ..tree._patterns import MaskOrFn
+from ..wrappers._ema import ema
 
 
 @alias_errors
@@ -213,7 +214,7 @@ def rmsprop(
     )
 
 
-@alias_errors
+@alias_errors(renamed={"ema: accumulator_dtype": "dtype_momentum"})
 def adafactor(
     learning_rate: ScalarOrSchedule | None = None,
     min_dim_size_to_factor: int = 128,
@@ -249,12 +250,11 @@ def adafactor(
             clip_by_block_rms(clipping_threshold),
             scale_by_learning_rate(learning_rate, flip_sign=False),
             scale_by_param_block_rms(),
-            chain(scale(1 - momentum), trace(momentum, accumulator_dtype=dtype_momentum)),
+            ema(momentum, debias=False, accumulator_dtype=dtype_momentum),
             weight_decay(weight_decay_rate, weight_decay_mask),
             scale(-1))
 
-    The momentum pair computes the EMA :math:`(1-\beta)\tilde u_t + \beta m_{t-1}` exactly as
-    `optax.ema(momentum, debias=False)`. Matches `optax.adafactor` (defaults included: without a
+    as Optax builds it. Matches `optax.adafactor` (defaults included: without a
     learning rate the step size is the parameter scale alone, the "relative step" of the paper
     without its warm-up).
 
@@ -267,7 +267,7 @@ def adafactor(
       multiply_by_parameter_scale: scale steps by the RMS of the parameters.
       clipping_threshold: :math:`d` > 0 for update clipping, or None.
       momentum: :math:`\beta` in [0, 1] for an EMA of the updates, or None.
-      dtype_momentum: dtype of the momentum buffer.
+      dtype_momentum: float dtype of the momentum buffer.
       weight_decay_rate: decoupled weight decay :math:`\lambda` >= 0 (float or schedule), or None.
       eps: :math:`\epsilon` >= 0 added to the squared gradients.
       factored: factor the second moment at all.
@@ -309,7 +309,7 @@ def adafactor(
         ),
         scale_by_param_block_rms() if multiply_by_parameter_scale else identity(),
         (
-            chain(scale(1 - momentum), trace(momentum, accumulator_dtype=dtype_momentum))
+            ema(momentum, debias=False, accumulator_dtype=dtype_momentum)
             if momentum is not None
             else identity()
         ),

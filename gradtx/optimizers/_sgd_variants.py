@@ -8,30 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax.numpy as jnp
-
-from .._base._checks import alias_errors, check_non_negative, concrete
+from .._base._checks import alias_errors, check_non_negative
 from .._base._typing import ArrayLike, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, chain
-from ..transforms._decay import weight_decay
+from ..transforms._fromage import scale_by_learning_rate_and_shrink
 from ..transforms._gradient_ops import add_noise
 from ..transforms._polyak import scale_by_polyak
 from ..transforms._rprop import scale_by_rprop
 from ..transforms._scaling import scale, scale_by_learning_rate
 from ..transforms._sign import scale_by_lion
 from ..transforms._trust_ratio import scale_by_trust_ratio
-
-
-def _fromage_factors(lr: Any) -> tuple[Any, Any]:
-    """Fromage's `(step, decay)` for a learning rate `lr`: with :math:`m = 1/\\sqrt{1 + lr^2}`,
-    the step :math:`lr\\,m` and the coupled decay :math:`(1 - m)/(lr\\,m)` (0 where lr = 0), so
-    that `step * (g + decay * w) = lr m g + (1 - m) w`."""
-    mult = 1 / (1 + lr**2) ** 0.5
-    step = lr * mult
-    if isinstance(lr, int | float):  # Python floats, as Optax computes them (float64)
-        return step, (1 - mult) / step if step > 0 else 0.0
-    positive = step > 0
-    return step, jnp.where(positive, (1 - mult) / jnp.where(positive, step, 1.0), 0.0)
 
 
 @alias_errors
@@ -44,11 +30,11 @@ def fromage(learning_rate: ScalarOrSchedule, min_norm: ArrayLike = 1e-6) -> Grad
       w_t = \frac{1}{\sqrt{1 + \eta_t^2}} \left( w_{t-1} - \eta_t
         \frac{\|w_{t-1}\|}{\|g_t\|}\, g_t \right)
 
-    per leaf (norms clipped below at `min_norm`). With :math:`m = 1/\sqrt{1+\eta^2}`:
-    `chain(scale_by_trust_ratio(min_norm), weight_decay((1 - m)/(eta m)),
-    scale_by_learning_rate(eta m))`, which is Optax's chain (trust ratio, learning rate
-    :math:`\eta m`, then adding :math:`(m - 1) w`) with the shrinkage written as a coupled decay,
-    since `weight_decay` takes no negative rate. Matches `optax.fromage`.
+    per leaf (norms clipped below at `min_norm`):
+    `chain(scale_by_trust_ratio(min_norm), scale_by_learning_rate_and_shrink(learning_rate))`,
+    which is Optax's chain (trust ratio, learning rate :math:`\eta m`, then adding
+    :math:`(m - 1) w`, with :math:`m = 1/\sqrt{1+\eta^2}`). Matches `optax.fromage`, which
+    takes no schedule.
 
     Args:
       learning_rate: :math:`\eta` >= 0, a float or a schedule `count -> lr`.
@@ -70,19 +56,9 @@ def fromage(learning_rate: ScalarOrSchedule, min_norm: ArrayLike = 1e-6) -> Grad
     stability of learning" (NeurIPS 2020).
     """
     check_non_negative("fromage", "learning_rate", learning_rate)
-    if callable(learning_rate):
-        step: ScalarOrSchedule = lambda count: _fromage_factors(learning_rate(count))[0]
-        decay: ScalarOrSchedule = lambda count: _fromage_factors(learning_rate(count))[1]
-    else:
-        lr = learning_rate
-        arr = concrete(lr)
-        if arr is not None and arr.ndim == 0 and not isinstance(lr, int | float):
-            lr = float(arr)  # a NumPy scalar: compute like a Python float
-        step, decay = _fromage_factors(lr)
     return chain(
         scale_by_trust_ratio(min_norm),
-        weight_decay(decay),
-        scale_by_learning_rate(step),
+        scale_by_learning_rate_and_shrink(learning_rate),
     )
 
 

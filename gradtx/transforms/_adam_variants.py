@@ -15,10 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._base._checks import check_in_range, check_non_negative, concrete
-from .._base._numerics import bias_correction, safe_increment, value_at, widen, zero_count
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
-from ..core._transformation import GradientTransformation, require_params
-from ..tree import assert_same_structure, map_split, zeros_like
+from ..core._transformation import GradientTransformation
+from ..state import _quantize
+from ..tree import assert_same_structure, map_split
 from ._moments import (
     belief_moment,
     check_moments,
@@ -28,7 +28,19 @@ from ._moments import (
     second_moment,
     yogi_moment,
 )
-from ._tier import ema
+from ._tier import (
+    bias_correction,
+    check_float_dtype,
+    ema,
+    moment_buffers,
+    read,
+    require_params,
+    safe_increment,
+    stored,
+    value_at,
+    widen,
+    zero_count,
+)
 
 
 class ScaleByBeliefState(NamedTuple):
@@ -290,8 +302,9 @@ def scale_by_novograd(
       eps_root: :math:`\epsilon_{root}` >= 0 added inside the square root.
       weight_decay: :math:`\lambda` >= 0, a float or a schedule `count -> rate`, applied inside
         the momentum. When it is not zero, `update` needs `params`.
-      mu_dtype: dtype of the momentum buffer (default: the params' dtype).
-      nu_dtype: dtype of the per-leaf norm scalars (default: the params' dtype).
+      mu_dtype: dtype of the momentum buffer (default: the params' dtype), or
+        `gradtx.quantized()` for block-wise 8-bit storage (signed code).
+      nu_dtype: float dtype of the per-leaf norm scalars (default: the params' dtype).
 
     Returns:
       A `GradientTransformation` with state `ScaleByNovogradState(count, mu, nu)`.
@@ -303,18 +316,19 @@ def scale_by_novograd(
     check_moments(who, b1, b2, eps, mu_dtype, nu_dtype)
     check_non_negative(who, "eps_root", eps_root)
     check_non_negative(who, "weight_decay", weight_decay)
+    check_float_dtype(who, "nu_dtype", nu_dtype)  # one scalar per leaf: nothing to quantize
     uses_params = not _is_zero(weight_decay)
 
     def init(params):
         return ScaleByNovogradState(
             count=zero_count(),
-            mu=zeros_like(params, mu_dtype),
+            mu=moment_buffers(params, mu_dtype, signed=True),
             nu=jax.tree.map(lambda p: jnp.zeros([], nu_dtype or p.dtype), params),
         )
 
     def update(updates, state, params=None, **extra_args):
         del extra_args
-        assert_same_structure(who, updates=updates, **{"state.mu": state.mu})
+        assert_same_structure(who, updates=updates, **{"state.mu": _quantize.as_leaves(state.mu)})
         count = safe_increment(state.count)
         first = count == 1
         lam = value_at(weight_decay, state.count)
@@ -326,8 +340,8 @@ def scale_by_novograd(
             step = gw / (jnp.sqrt(n_new + eps_root) + eps)
             if p is not None:
                 step = step + lam * widen(jnp.asarray(p))
-            m_new = jnp.where(first, step, b1 * m + step).astype(m.dtype)
-            return m_new.astype(g.dtype), m_new, n_new.astype(n.dtype)
+            m_buf, m_new = stored(jnp.where(first, step, b1 * read(m) + step), m)
+            return m_new.astype(g.dtype), m_buf, n_new.astype(n.dtype)
 
         if uses_params:
             params = require_params(who, params)

@@ -8,11 +8,19 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_in_range, check_non_negative
-from .._base._numerics import abs_sq, bias_correction, safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation
-from ..state._buffers import as_stored
-from ..tree import assert_same_structure, map_split, zeros_like
+from ..tree import assert_same_structure, map_split
+from ._tier import (
+    abs_sq,
+    bias_correction,
+    ema,
+    safe_increment,
+    stored,
+    widen,
+    zero_count,
+    zeros_like_params,
+)
 
 
 class ScaleByAdanState(NamedTuple):
@@ -69,10 +77,10 @@ def scale_by_adan(
     def init(params):
         return ScaleByAdanState(
             count=zero_count(),
-            mu=zeros_like(params),
-            delta=zeros_like(params),
-            nu=zeros_like(params),
-            prev_grad=zeros_like(params),
+            mu=zeros_like_params(params),
+            delta=zeros_like_params(params),
+            nu=zeros_like_params(params),
+            prev_grad=zeros_like_params(params),
         )
 
     def update(updates, state, params=None, **extra_args):
@@ -87,18 +95,12 @@ def scale_by_adan(
         def leaf(g, m, v, n, g_prev):
             gw = widen(g)
             d = jnp.where(first, jnp.zeros_like(gw), gw - widen(g_prev))
-            m_new = as_stored((1 - b1) * gw + b1 * m, m)
-            v_new = as_stored((1 - b2) * d + b2 * v, v)
-            n_new = as_stored((1 - b3) * abs_sq(gw + (1 - b2) * d) + b3 * n, n)
+            m_buf, m_new = stored(ema(b1, gw, m), m)
+            v_buf, v_new = stored(ema(b2, d, v), v)
+            n_buf, n_new = stored(ema(b3, abs_sq(gw + (1 - b2) * d), n), n)
             direction = m_new / c1 + (1 - b2) * (v_new / c2)
             u = direction / (jnp.sqrt(n_new / c3 + eps_root) + eps)
-            return (
-                u.astype(g.dtype),
-                m_new.astype(m.dtype),
-                v_new.astype(v.dtype),
-                n_new.astype(n.dtype),
-                g.astype(g_prev.dtype),
-            )
+            return u.astype(g.dtype), m_buf, v_buf, n_buf, g.astype(g_prev.dtype)
 
         updates, mu, delta, nu, prev = map_split(
             leaf, 5, updates, state.mu, state.delta, state.nu, state.prev_grad

@@ -8,13 +8,22 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_in_range, check_non_negative
-from .._base._numerics import abs_sq, safe_increment, widen, zero_count
-from .._base._numerics import bias_correction as _bias_correction
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation
-from ..state._buffers import as_stored, check_float_dtype
-from ..tree import assert_same_structure, full_like, map_split, zeros_like
+from ..tree import assert_same_structure, map_split
 from ._elementwise import elementwise
+from ._tier import (
+    abs_sq,
+    check_float_dtype,
+    ema,
+    moment_buffers,
+    safe_increment,
+    stored,
+    widen,
+    zero_count,
+    zeros_like_params,
+)
+from ._tier import bias_correction as _bias_correction  # `bias_correction` is a flag here
 
 # --------------------------------------------------------------------------------------------
 # RMSprop
@@ -92,7 +101,9 @@ def scale_by_rms(
     _check_rms_args(who, decay, eps, initial_scale)
 
     def init(params):
-        return ScaleByRmsState(count=zero_count(), nu=full_like(params, initial_scale))
+        return ScaleByRmsState(
+            count=zero_count(), nu=moment_buffers(params, fill_value=initial_scale)
+        )
 
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
@@ -102,10 +113,11 @@ def scale_by_rms(
 
         def leaf(g, v):
             g32 = widen(g)
-            v_new = as_stored((1 - decay) * abs_sq(g32) + decay * v.astype(g32.dtype), v)
+            # the buffer widened first, so that `decay * v` rounds in float32, not in bf16
+            v_buf, v_new = stored(ema(decay, abs_sq(g32), v.astype(g32.dtype)), v)
             v_hat = v_new / corr.astype(v_new.dtype) if corr is not None else v_new
             u = g32 * _inverse_root(v_hat, eps, eps_in_sqrt)
-            return u.astype(g.dtype), v_new.astype(v.dtype)
+            return u.astype(g.dtype), v_buf
 
         updates, nu = map_split(leaf, 2, updates, state.nu)
         return updates, ScaleByRmsState(count=count, nu=nu)
@@ -164,7 +176,9 @@ def scale_by_stddev(
 
     def init(params):
         return ScaleByStddevState(
-            count=zero_count(), mu=zeros_like(params), nu=full_like(params, initial_scale)
+            count=zero_count(),
+            mu=zeros_like_params(params),
+            nu=moment_buffers(params, fill_value=initial_scale),
         )
 
     def update(updates, state, params=None, **extra_args):
@@ -174,13 +188,13 @@ def scale_by_stddev(
 
         def leaf(g, m, v):
             g32 = widen(g)
-            m_new = as_stored((1 - decay) * g32 + decay * m.astype(g32.dtype), m)
-            v_new = as_stored((1 - decay) * abs_sq(g32) + decay * v.astype(g32.dtype), v)
+            m_buf, m_new = stored(ema(decay, g32, m.astype(g32.dtype)), m)
+            v_buf, v_new = stored(ema(decay, abs_sq(g32), v.astype(g32.dtype)), v)
             # v - |m|^2 is a variance: >= 0 exactly, but rounding (bf16 buffers, a constant
             # gradient) can make the difference negative, and sqrt would give NaN.
             variance = jnp.maximum(v_new - abs_sq(m_new), 0.0)
             u = g32 * _inverse_root(variance, eps, eps_in_sqrt)
-            return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
+            return u.astype(g.dtype), m_buf, v_buf
 
         updates, mu, nu = map_split(leaf, 3, updates, state.mu, state.nu)
         return updates, ScaleByStddevState(count=count, mu=mu, nu=nu)
@@ -232,7 +246,9 @@ def scale_by_rss(
     check_non_negative(who, "eps", eps)
 
     def init(params):
-        return ScaleByRssState(sum_of_squares=full_like(params, initial_accumulator_value))
+        return ScaleByRssState(
+            sum_of_squares=moment_buffers(params, fill_value=initial_accumulator_value)
+        )
 
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
@@ -242,11 +258,11 @@ def scale_by_rss(
 
         def leaf(g, s):
             g32 = widen(g)
-            s_new = as_stored(s.astype(g32.dtype) + abs_sq(g32), s)
+            s_buf, s_new = stored(s.astype(g32.dtype) + abs_sq(g32), s)
             positive = s_new > 0
             safe = jnp.where(positive, s_new, 1.0)  # keeps the discarded branch finite
             u = jnp.where(positive, g32 * _inverse_root(safe, eps, eps_in_sqrt), 0.0)
-            return u.astype(g.dtype), s_new.astype(s.dtype)
+            return u.astype(g.dtype), s_buf
 
         updates, sum_of_squares = map_split(leaf, 2, updates, state.sum_of_squares)
         return updates, ScaleByRssState(sum_of_squares=sum_of_squares)
@@ -289,7 +305,7 @@ def scale_by_adadelta(rho: ArrayLike = 0.9, eps: ArrayLike = 1e-6) -> GradientTr
     check_non_negative(who, "eps", eps)
 
     def init(params):
-        return ScaleByAdadeltaState(e_g=zeros_like(params), e_x=zeros_like(params))
+        return ScaleByAdadeltaState(e_g=zeros_like_params(params), e_x=zeros_like_params(params))
 
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
@@ -297,10 +313,10 @@ def scale_by_adadelta(rho: ArrayLike = 0.9, eps: ArrayLike = 1e-6) -> GradientTr
 
         def leaf(g, eg, ex):
             g32 = widen(g)
-            eg_new = as_stored((1 - rho) * abs_sq(g32) + rho * eg.astype(g32.dtype), eg)
-            u = jnp.sqrt(ex.astype(g32.dtype) + eps) / jnp.sqrt(eg_new + eps) * g32
-            ex_new = (1 - rho) * abs_sq(u) + rho * ex.astype(g32.dtype)
-            return u.astype(g.dtype), eg_new.astype(eg.dtype), ex_new.astype(ex.dtype)
+            ex32 = ex.astype(g32.dtype)
+            eg_buf, eg_new = stored(ema(rho, abs_sq(g32), eg.astype(g32.dtype)), eg)
+            u = jnp.sqrt(ex32 + eps) / jnp.sqrt(eg_new + eps) * g32
+            return u.astype(g.dtype), eg_buf, ema(rho, abs_sq(u), ex32).astype(ex.dtype)
 
         updates, e_g, e_x = map_split(leaf, 3, updates, state.e_g, state.e_x)
         return updates, ScaleByAdadeltaState(e_g=e_g, e_x=e_x)
@@ -349,9 +365,9 @@ def scale_by_grad_variance(
 
     def rule(g, m, v, t):
         del t
-        m = beta1 * m + (1 - beta1) * g
+        m = ema(beta1, g, m)
         var = abs_sq(g - m)
-        v = beta2 * v + (1 - beta2) * var
+        v = ema(beta2, var, v)
         # Where var + eps is 0 (eps = 0 and g equal to its mean) the factor's limit is 1.
         den = var + eps
         factor = jnp.where(den > 0, jnp.minimum(v / jnp.where(den > 0, den, 1.0), 1.0), 1.0)

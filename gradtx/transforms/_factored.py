@@ -9,10 +9,10 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_int, check_non_negative
-from .._base._numerics import abs_sq, safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation
 from ..tree import assert_same_structure, map_split
+from ._tier import abs_sq, ema, safe_increment, widen, zero_count
 
 
 class FactoredState(NamedTuple):
@@ -137,12 +137,12 @@ def scale_by_factored_rms(
             sq = abs_sq(g32) + epsilon
             axes = dims(g.shape)
             if axes is None:
-                v_new = beta * v.astype(sq.dtype) + (1 - beta) * sq
+                v_new = ema(beta, sq, v.astype(sq.dtype))
                 u = g32 * jax.lax.rsqrt(v_new)
                 return u.astype(g.dtype), vr, vc, v_new.astype(v.dtype)
             d1, d0 = axes
-            vr_new = beta * vr.astype(sq.dtype) + (1 - beta) * jnp.mean(sq, axis=d0)
-            vc_new = beta * vc.astype(sq.dtype) + (1 - beta) * jnp.mean(sq, axis=d1)
+            vr_new = ema(beta, jnp.mean(sq, axis=d0), vr.astype(sq.dtype))
+            vc_new = ema(beta, jnp.mean(sq, axis=d1), vc.astype(sq.dtype))
             d1_in_row = d1 - 1 if d1 > d0 else d1
             row_factor = jax.lax.rsqrt(vr_new / jnp.mean(vr_new, axis=d1_in_row, keepdims=True))
             col_factor = jax.lax.rsqrt(vc_new)

@@ -8,13 +8,21 @@ from typing import Any, NamedTuple
 import jax
 
 from .._base._checks import check_in_range, check_non_negative
-from .._base._numerics import safe_increment, value_at, widen, zero_count
 from .._base._typing import ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation
 from ..state import _quantize
-from ..state._buffers import as_stored, check_float_dtype, check_moment_dtype
-from ..tree import assert_same_structure, map_split, zeros_like
+from ..tree import assert_same_structure
 from ._moments import packs_leaves, step_buffer
+from ._tier import (
+    check_float_dtype,
+    check_moment_dtype,
+    moment_buffers,
+    safe_increment,
+    value_at,
+    widen,
+    zero_count,
+    zeros_like_params,
+)
 
 
 class TraceState(NamedTuple):
@@ -51,33 +59,26 @@ def trace(
     """
     check_in_range("trace", "decay", decay, 0.0, 1.0)
     check_moment_dtype("trace", "accumulator_dtype", accumulator_dtype)
-    quantized = _quantize.is_quantized_dtype(accumulator_dtype)
+    pack = packs_leaves(accumulator_dtype)
 
     def init(params):
-        if quantized:
-            buffers = _quantize.buffers_like(params, accumulator_dtype, signed=True)
-            return TraceState(count=zero_count(), trace=buffers)
-        return TraceState(count=zero_count(), trace=zeros_like(params, accumulator_dtype))
+        buffers = moment_buffers(params, accumulator_dtype, signed=True)
+        return TraceState(count=zero_count(), trace=buffers)
 
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         trace_view = _quantize.as_leaves(state.trace)
         assert_same_structure("trace", updates=updates, **{"state.trace": trace_view})
         mu = value_at(decay, state.count)
-        if quantized:  # the update reads the new buffer as stored
 
-            def rule(g, t):
-                return g + mu * t, (lambda new: g + mu * new) if nesterov else (lambda new: new)
+        def rule(g, t):  # t: the buffer as read (its own dtype; float32 when quantized)
+            if not nesterov:  # the update is the new buffer as stored
+                return g + mu * t, lambda new: new
+            # `mu * m_t` rounds in the buffer's dtype, as `mu * m_{t-1}` does
+            return g + mu * t, lambda new: g + mu * new.astype(t.dtype)
 
-            pack = packs_leaves(accumulator_dtype)
-            out, buffers = step_buffer(rule, updates, state.trace, pack=pack)
-            return out, TraceState(count=safe_increment(state.count), trace=buffers)
-        new_trace = jax.tree.map(lambda g, t: (g + mu * t).astype(t.dtype), updates, state.trace)
-        if nesterov:
-            updates = jax.tree.map(lambda g, t: (g + mu * t).astype(g.dtype), updates, new_trace)
-        else:
-            updates = jax.tree.map(lambda g, t: t.astype(g.dtype), updates, new_trace)
-        return updates, TraceState(count=safe_increment(state.count), trace=new_trace)
+        updates, buffers = step_buffer(rule, updates, state.trace, pack=pack)
+        return updates, TraceState(count=safe_increment(state.count), trace=buffers)
 
     return GradientTransformation(init, update)
 
@@ -126,7 +127,7 @@ def trace_with_lr(
     sign = -1.0 if flip_sign else 1.0
 
     def init(params):
-        return TraceState(count=zero_count(), trace=zeros_like(params, accumulator_dtype))
+        return TraceState(count=zero_count(), trace=zeros_like_params(params, accumulator_dtype))
 
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
@@ -134,13 +135,13 @@ def trace_with_lr(
         eta = value_at(learning_rate, state.count)
         mu = value_at(decay, state.count)
 
-        def leaf(g, v):
-            step = eta * widen(g)
-            v_new = as_stored(mu * widen(v) + step, v)
-            u = step + mu * v_new if nesterov else v_new
-            return (sign * u).astype(g.dtype), v_new.astype(v.dtype)
+        def rule(g, v):
+            step = eta * g
+            if nesterov:
+                return mu * widen(v) + step, lambda new: sign * (step + mu * new)
+            return mu * widen(v) + step, lambda new: sign * new
 
-        updates, trace = map_split(leaf, 2, updates, state.trace)
+        updates, trace = step_buffer(rule, updates, state.trace)
         return updates, TraceState(count=safe_increment(state.count), trace=trace)
 
     return GradientTransformation(init, update)

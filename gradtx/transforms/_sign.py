@@ -8,15 +8,21 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_in_range, check_non_negative, check_one_of, check_positive
-from .._base._numerics import safe_increment, zero_count
 from .._base._typing import ArrayLike, Updates
-from ..core._transformation import GradientTransformation, stateless
+from ..core._transformation import GradientTransformation
 from ..state import _quantize
-from ..state._buffers import check_float_dtype, check_moment_dtype
-from ..tree import assert_same_structure, zeros_like
+from ..tree import assert_same_structure
 from ._elementwise import elementwise
 from ._moments import packs_leaves, step_buffer
-from ._tier import ema as _ema
+from ._tier import (
+    check_float_dtype,
+    check_moment_dtype,
+    ema,
+    moment_buffers,
+    safe_increment,
+    stateless,
+    zero_count,
+)
 
 LION_MODES = ("hard", "smooth", "refined")
 
@@ -93,18 +99,16 @@ def scale_by_lion(
         return jnp.where(jnp.abs(c) < 1.0, c, jnp.sign(c))
 
     def init(params):
-        if _quantize.is_quantized_dtype(mu_dtype):
-            return ScaleByLionState(
-                count=zero_count(), mu=_quantize.buffers_like(params, mu_dtype, signed=True)
-            )
-        return ScaleByLionState(count=zero_count(), mu=zeros_like(params, mu_dtype))
+        return ScaleByLionState(
+            count=zero_count(), mu=moment_buffers(params, mu_dtype, signed=True)
+        )
 
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         assert_same_structure(who, updates=updates, **{"state.mu": _quantize.as_leaves(state.mu)})
 
         def rule(g, m):  # the update reads the old momentum
-            return _ema(b2, g, m), lambda _: squash(_ema(b1, g, m))
+            return ema(b2, g, m), lambda _: squash(ema(b1, g, m))
 
         updates, mu = step_buffer(rule, updates, state.mu, pack=packs_leaves(mu_dtype))
         return updates, ScaleByLionState(count=safe_increment(state.count), mu=mu)
@@ -145,7 +149,7 @@ def scale_by_sign_agreement(
 
     def rule(g, m, t):
         del t
-        m = beta1 * m + (1 - beta1) * g
+        m = ema(beta1, g, m)
         return jnp.where(jnp.sign(g) == jnp.sign(m), g, decrease_factor * g), m
 
     return elementwise(rule, {"m": 0.0}, slot_dtype=mu_dtype, name=who)

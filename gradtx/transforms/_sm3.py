@@ -9,11 +9,10 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_in_range, check_non_negative
-from .._base._numerics import widen
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation
-from ..state._buffers import as_stored
-from ..tree import assert_same_structure, zeros_like
+from ..tree import assert_same_structure
+from ._tier import ema, stored, widen, zeros_like_params
 
 
 class ScaleBySM3State(NamedTuple):
@@ -72,7 +71,9 @@ def scale_by_sm3(
         for x in jax.tree.leaves(params):
             if jnp.issubdtype(x.dtype, jnp.complexfloating):
                 raise ValueError(f"{who}: complex parameters are not supported, got {x.dtype}")
-        return ScaleBySM3State(mu=jax.tree.map(_axis_accumulators, params), nu=zeros_like(params))
+        return ScaleBySM3State(
+            mu=jax.tree.map(_axis_accumulators, params), nu=zeros_like_params(params)
+        )
 
     def leaf(g, accumulators, u_prev):
         gw = widen(g)
@@ -88,7 +89,7 @@ def scale_by_sm3(
             previous = functools.reduce(jnp.minimum, views)
         acc = coeff * gw * gw + b2 * previous
         scaled = gw * jnp.where(acc > 0, jax.lax.rsqrt(acc + eps), 0.0)
-        u = as_stored((1 - b1) * scaled + b1 * u_prev, u_prev)
+        u_buf, u = stored(ema(b1, scaled, u_prev), u_prev)
         if rank < 2:
             new_acc = [acc.astype(accumulators[0].dtype)]
         else:
@@ -96,7 +97,7 @@ def scale_by_sm3(
                 jnp.max(acc, axis=tuple(a for a in range(rank) if a != r)).astype(m.dtype)
                 for r, m in enumerate(accumulators)
             ]
-        return u.astype(g.dtype), new_acc, u.astype(u_prev.dtype)
+        return u.astype(g.dtype), new_acc, u_buf
 
     def update(updates, state, params=None, **extra_args):
         del params, extra_args

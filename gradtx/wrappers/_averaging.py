@@ -8,15 +8,19 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_in_range, check_int
-from .._base._numerics import safe_increment, zero_count
 from .._base._typing import ArrayLike, OptState, Params
-from ..core._transformation import (
-    GradientTransformation,
-    _as_transformation,
-    forward_extra_args,
+from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
+from ..transforms._tier import (
+    bias_correction,
+    copy_params,
     require_params,
+    safe_increment,
+    widen,
+    zero_count,
+    zeros_like_params,
 )
-from ..tree import assert_same_structure, map_split, zeros_like
+from ..transforms._tier import ema as _ema
+from ..tree import assert_same_structure, map_split
 from ._common import error_context
 
 
@@ -40,7 +44,10 @@ def ema_params(
     The debiased average is stored directly (updated as
     :math:`\text{ema}_t = \text{ema}_{t-1} + \frac{1-\beta}{1-\beta^t}(w_t - \text{ema}_{t-1})`),
     so `gradtx.tree.get(state, "ema")` is ready to evaluate with; after the first step it equals
-    the parameters. Place it last in a chain, where `updates` are the final parameter changes.
+    the parameters. Both forms are one EMA, :math:`\text{ema}_t = \delta_t\, \text{ema}_{t-1} +
+    (1-\delta_t) w_t`, with :math:`\delta_t = 1 - \frac{1-\beta}{1-\beta^t}` (debias) or
+    :math:`\beta`, computed in float32 or wider. Place it last in a chain, where `updates` are
+    the final parameter changes.
 
     Args:
       decay: :math:`\beta` in [0, 1).
@@ -56,7 +63,7 @@ def ema_params(
     check_in_range(who, "decay", decay, 0.0, 1.0, high_open=True)
 
     def init(params):
-        return EmaParamsState(count=zero_count(), ema=zeros_like(params, dtype))
+        return EmaParamsState(count=zero_count(), ema=zeros_like_params(params, dtype))
 
     def update(updates, state, params=None, **extra_args):
         del extra_args
@@ -64,16 +71,14 @@ def ema_params(
         assert_same_structure(who, updates=updates, params=params, **{"state.ema": state.ema})
         count = safe_increment(state.count)
         beta = jnp.asarray(decay, jnp.float32)
-        if debias:
-            rate = (1.0 - beta) / (1.0 - beta ** count.astype(jnp.float32))
-        else:
-            rate = 1.0 - beta
+        # the debiased average kept directly: the weight of the new parameters is
+        # (1 - beta) / (1 - beta^t), exactly 1 at the first step
+        delta = 1.0 - (1.0 - beta) / bias_correction(beta, count) if debias else beta
 
         def leaf(e, p, u):
             p = jnp.asarray(p)
-            new_p = (p + u).astype(p.dtype).astype(jnp.float32)
-            e32 = e.astype(jnp.float32)
-            return (e32 + rate * (new_p - e32)).astype(e.dtype)
+            new_p = widen((p + u).astype(p.dtype))
+            return _ema(delta, new_p, widen(e)).astype(e.dtype)
 
         ema = jax.tree.map(leaf, state.ema, params, updates)
         return updates, EmaParamsState(count=count, ema=ema)
@@ -85,12 +90,6 @@ class LookaheadState(NamedTuple):
     steps_since_sync: jax.Array  # int32 in [0, sync_period)
     slow: Params  # the slow weights (the parameters to evaluate with)
     inner_state: OptState  # the fast optimizer's state
-
-
-def _copy_leaf(x: Any) -> Any:
-    if isinstance(x, jax.ShapeDtypeStruct):
-        return jnp.zeros(x.shape, x.dtype)  # shapes only (e.g. abstract init)
-    return jnp.array(x, copy=True)
 
 
 def lookahead(
@@ -146,7 +145,7 @@ def lookahead(
     def init(params):
         return LookaheadState(
             steps_since_sync=zero_count(),
-            slow=jax.tree.map(_copy_leaf, params),
+            slow=copy_params(params),
             inner_state=tx.init(params),
         )
 

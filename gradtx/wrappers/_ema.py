@@ -9,9 +9,18 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_in_range
-from .._base._numerics import bias_correction, safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, PyTree, Updates
-from ..core._transformation import GradientTransformation, chain, stateless
+from ..core._transformation import GradientTransformation, chain
+from ..transforms._tier import (
+    bias_correction,
+    check_float_dtype,
+    safe_increment,
+    stateless,
+    widen,
+    zero_count,
+    zeros_like_params,
+)
+from ..transforms._tier import ema as _ema
 from ..tree import assert_same_structure, map_split
 
 
@@ -39,7 +48,7 @@ def _zeros(tree: PyTree, accumulator_dtype: Any) -> PyTree:
     def leaf(x):
         if not isinstance(x, jax.ShapeDtypeStruct):
             x = jnp.asarray(x)
-        return jnp.zeros(x.shape, _buffer_dtype(x, accumulator_dtype))
+        return zeros_like_params(x, _buffer_dtype(x, accumulator_dtype))
 
     return jax.tree.map(leaf, tree)
 
@@ -56,9 +65,10 @@ def ema(
       \end{cases}
 
     Unlike `trace` (:math:`m_t = g_t + \beta m_{t-1}`) the new value enters with weight
-    :math:`1-\beta`. Computed in float32 (or wider); the updates keep the gradients' dtype, the
-    buffer keeps its own. Booleans and integers are averaged in a float32 buffer (so
-    `measure_with_ema` of a predicate gives the fraction of steps where it held).
+    :math:`1-\beta`. Computed in float32 (or wider), in Optax's order (a Python float
+    :math:`\beta` is used as given, not rounded to float32 first); the updates keep the
+    gradients' dtype, the buffer keeps its own. Booleans and integers are averaged in a float32
+    buffer (so `measure_with_ema` of a predicate gives the fraction of steps where it held).
 
     Args:
       decay: :math:`\beta`, in [0, 1) with `debias` (else in [0, 1]).
@@ -76,6 +86,7 @@ def ema(
     if not isinstance(debias, bool):
         raise ValueError(f"{who}: debias must be True or False, got {debias!r}")
     check_in_range(who, "decay", decay, 0.0, 1.0, high_open=debias)
+    check_float_dtype(who, "accumulator_dtype", accumulator_dtype)
 
     def init(params):
         return EmaState(count=zero_count(), ema=_zeros(params, accumulator_dtype))
@@ -89,13 +100,11 @@ def ema(
             )
         assert_same_structure(who, updates=updates, **{"state.ema": state.ema})
         count = safe_increment(state.count)
-        beta = jnp.asarray(decay, jnp.float32)
-        correction = bias_correction(beta, count) if debias else None
+        correction = bias_correction(decay, count) if debias else None
 
         def leaf(g, m):
             g = jnp.asarray(g)
-            wide = widen(g)
-            new = (1.0 - beta).astype(wide.dtype) * wide + beta.astype(wide.dtype) * widen(m)
+            new = _ema(decay, widen(g), widen(m))
             out = new / correction.astype(new.dtype) if correction is not None else new
             return out.astype(_out_dtype(g, m)), new.astype(m.dtype)
 

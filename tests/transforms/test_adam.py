@@ -106,6 +106,26 @@ def test_novograd_with_decay_needs_params():
         tx.update(grad_sequence(params, 1)[0], tx.init(params))
 
 
+def test_novograd_momentum_may_be_8_bit():
+    # the momentum is a moment buffer of the tier (plain or gradtx.quantized()); the per-leaf
+    # norm scalars are not, and a quantized nu_dtype is refused at construction
+    params = {"w": jnp.asarray(np.random.default_rng(0).normal(size=(64, 80)), jnp.float32)}
+    grads = grad_sequence(params, 20)
+    plain, quantized = (
+        gradtx.scale_by_novograd(),
+        gradtx.scale_by_novograd(mu_dtype=gradtx.quantized(block_size=256, min_size=0)),
+    )
+    s_plain, s_quant = plain.init(params), quantized.init(params)
+    assert s_quant.mu["w"].codes.dtype == jnp.int8  # a signed 8-bit code per value
+    for g in grads:
+        u_plain, s_plain = jax.jit(plain.update)(g, s_plain)
+        u_quant, s_quant = jax.jit(quantized.update)(g, s_quant)
+    scale = float(jnp.max(jnp.abs(u_plain["w"])))
+    np.testing.assert_allclose(u_quant["w"], u_plain["w"], atol=0.05 * scale)
+    with pytest.raises(ValueError, match=r"scale_by_novograd: nu_dtype must be a floating-point"):
+        gradtx.scale_by_novograd(nu_dtype=gradtx.quantized())
+
+
 # Factories taking (b1, b2, eps) so the same cases serve validation and traced hyperparameters.
 FACTORIES = {
     "scale_by_adam": lambda b1, b2, eps: gradtx.scale_by_adam(b1, b2, eps, nesterov=True),
