@@ -32,6 +32,7 @@ from .config import to_config as to_config
 # -- core protocol ---------------------------------------------------------------------------------
 from .core import EmptyState as EmptyState
 from .core import GradientTransformation as GradientTransformation
+from .core import HyperparameterError as HyperparameterError
 from .core import apply_updates as apply_updates
 from .core import chain as chain
 from .core import identity as identity
@@ -186,6 +187,9 @@ from .transforms import scale_by_lamb_trust_ratio as scale_by_lamb_trust_ratio
 from .transforms import scale_by_lars_trust_ratio as scale_by_lars_trust_ratio
 from .transforms import scale_by_lbfgs as scale_by_lbfgs
 from .transforms import scale_by_learning_rate as scale_by_learning_rate
+from .transforms import (
+    scale_by_learning_rate_and_shrink as scale_by_learning_rate_and_shrink,
+)
 from .transforms import scale_by_lion as scale_by_lion
 from .transforms import scale_by_novograd as scale_by_novograd
 from .transforms import scale_by_optimistic_gradient as scale_by_optimistic_gradient

@@ -163,7 +163,8 @@ def test_mismatched_updates_and_state_name_transformation_path_and_kinds():
     with pytest.raises(ValueError) as err:
         tx.update({"layer": {"w": jnp.ones(3), "bias": jnp.ones(2)}}, state)
     msg = str(err.value)
-    assert msg.startswith("trace: updates and state.trace differ at 'layer'")
+    # raised by the primitive `trace`, named after the alias the user called
+    assert msg.startswith("sgd: trace: updates and state.trace differ at 'layer'")
     assert "only in updates: ['bias']" in msg and "only in state.trace: ['b']" in msg
     with pytest.raises(ValueError, match=r"differ at the root: updates has a list of length 1"):
         tx.update([jnp.ones(3)], state)

@@ -242,7 +242,7 @@ _TYPO = "dense/kernal"
 # name -> (the transformation, the name its error starts with)
 _AT_INIT = {
     "weight_decay": (lambda: gradtx.weight_decay(0.1, mask=_TYPO), "weight_decay"),
-    "adamw": (lambda: gradtx.adamw(0.1, mask=[_TYPO]), "weight_decay"),
+    "adamw": (lambda: gradtx.adamw(0.1, mask=[_TYPO]), "adamw: weight_decay"),
     "scale_by_trust_ratio": (lambda: gradtx.scale_by_trust_ratio(mask=_TYPO), "scale_by_trust"),
     "masked": (lambda: gradtx.masked(gradtx.adam(0.1), _TYPO), "masked"),
     "freeze": (lambda: gradtx.freeze(_TYPO), "freeze"),

@@ -7,11 +7,12 @@ the error tells the user the fix. Values that cannot be inspected in Python (tra
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import difflib
 import functools
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar, overload
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, NoReturn, TypeVar, overload
 
 import jax
 import numpy as np
@@ -34,8 +35,127 @@ def _fmt(value: Any) -> str:
     return repr(value)
 
 
-def _fail(who: str, name: str, requirement: str, value: Any) -> None:
-    raise ValueError(f"{who}: {name} must be {requirement}, got {_fmt(value)}")
+class HyperparameterError(ValueError):
+    """An argument of a transformation (or an alias, a wrapper, a schedule) is not allowed.
+
+    A `ValueError`, so code that catches `ValueError` keeps working, with the parts of the
+    message as attributes:
+
+    - `who`: the function whose argument it is (`"bound_lr"`),
+    - `name`: the argument (`"final_lr"`),
+    - `value`: the value received (`-0.1`),
+    - `requirement`: what is allowed (`"> 0"`; the message says "must <verb> <requirement>",
+      the verb being "be" unless given; "<name> <aspect> must ..." where the fault is in an
+      aspect of the argument, e.g. its schedule),
+    - `within`: the callers that ran `who`, outermost first (`("adam",)` when the alias `adam`
+      passed the value on to `scale_by_adam`),
+    - `origin`: the error as the primitive raised it, when an alias renamed the argument.
+
+    Its message is ``"<within>: <who>: <name> must be <requirement>, got <value>"``, e.g.
+    ``bound_lr: final_lr must be > 0, got -0.1``.
+    """
+
+    def __init__(
+        self,
+        who: str,
+        name: str,
+        value: Any,
+        requirement: str,
+        *,
+        got: str | None = None,
+        verb: str = "be",
+        aspect: str = "",
+        note: str = "",
+        within: tuple[str, ...] = (),
+        origin: HyperparameterError | None = None,
+    ) -> None:
+        self.who = who
+        self.name = name
+        self.value = value
+        self.requirement = requirement
+        self.got = _fmt(value) if got is None else got  # how the value is shown
+        self.verb = verb
+        self.aspect = aspect  # what of the argument is wrong ("schedule"), or ""
+        self.note = note  # appended after the value (a hint, the fix)
+        self.within = tuple(within)
+        self.origin = origin
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        head = ": ".join((*self.within, self.who))
+        subject = f"{self.name} {self.aspect}" if self.aspect else self.name
+        text = f"{head}: {subject} must {self.verb} {self.requirement}, got {self.got}"
+        text += self.note
+        return text if self.origin is None else f"{text} (from {self.origin})"
+
+    def _fields(self) -> dict[str, Any]:
+        return {
+            "who": self.who,
+            "name": self.name,
+            "value": self.value,
+            "requirement": self.requirement,
+            "got": self.got,
+            "verb": self.verb,
+            "aspect": self.aspect,
+            "note": self.note,
+            "within": self.within,
+            "origin": self.origin,
+        }
+
+    def replace(self, **changes: Any) -> HyperparameterError:
+        """A copy (same type) with some fields changed, e.g. `replace(who="lars")`."""
+        new = type(self)(**{**self._fields(), **changes})
+        new.__dict__.update({k: v for k, v in self.__dict__.items() if k not in new.__dict__})
+        return new
+
+    def __reduce__(self) -> Any:  # picklable / copyable despite the keyword-only fields
+        return (_rebuild_hyperparameter_error, (type(self), self._fields()), self.__dict__)
+
+
+def _rebuild_hyperparameter_error(cls: type, fields: dict[str, Any]) -> HyperparameterError:
+    return cls(**fields)
+
+
+def _fail(who: str, name: str, requirement: str, value: Any, **kw: Any) -> NoReturn:
+    raise HyperparameterError(who, name, value, requirement, **kw)
+
+
+def already_names(error: BaseException, who: str) -> bool:
+    """Whether `error`'s message already starts with `who` (`"who: ..."` or `"who(...)..."`)."""
+    if isinstance(error, HyperparameterError):
+        first = error.within[0] if error.within else error.who
+        return first == who or first.startswith(f"{who}(")
+    return str(error).startswith((f"{who}:", f"{who}("))
+
+
+def in_context(who: str, error: BaseException) -> BaseException:
+    """`error` as raised from within `who`: a copy (same type and attributes) whose message
+    starts with ``"who: "`` (the one way gradtx prefixes a message); `error` itself when its
+    message already starts with `who`. A `HyperparameterError` keeps its fields and gets `who`
+    in front of its `within`."""
+    if already_names(error, who):
+        return error
+    if isinstance(error, HyperparameterError):
+        return error.replace(within=(who, *error.within))
+    new = copy.copy(error)
+    new.args = (f"{who}: {error}", *error.args[1:])
+    return new
+
+
+@contextlib.contextmanager
+def error_context(
+    who: str, types: tuple[type[BaseException], ...] = (ValueError,)
+) -> Iterator[None]:
+    """Raise an error of `types` raised inside again `in_context(who, ...)`, with the original as
+    its `__cause__`, so nested wrappers report the whole path:
+    ``apply_if_finite: accumulate_k_steps: scale_by_adam: ...``."""
+    try:
+        yield
+    except types as e:
+        new = in_context(who, e)
+        if new is e:
+            raise
+        raise new from e
 
 
 def check_scalar(who: str, name: str, value: Any) -> None:
@@ -51,10 +171,14 @@ def check_scalar(who: str, name: str, value: Any) -> None:
     except Exception:  # not array-like: the range checks report it
         return
     if shape != ():
-        raise ValueError(
-            f"{who}: {name} must be a scalar (or a schedule returning one), got an array of "
-            f"shape {shape}; hyperparameters are not broadcast into the parameters (for "
-            "per-parameter values use multi_transform / masked / lr_multipliers)"
+        _fail(
+            who,
+            name,
+            "a scalar (or a schedule returning one)",
+            value,
+            got=f"an array of shape {shape}",
+            note="; hyperparameters are not broadcast into the parameters (for per-parameter "
+            "values use multi_transform / masked / lr_multipliers)",
         )
 
 
@@ -99,7 +223,7 @@ def check_in_range(
 def check_int(who: str, name: str, value: Any, *, minimum: int | None = None) -> None:
     """`value` is a Python/NumPy integer (not a bool), optionally >= `minimum`."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ValueError(f"{who}: {name} must be an integer, got {value!r}")
+        _fail(who, name, "an integer", value, got=repr(value))
     if minimum is not None and value < minimum:
         _fail(who, name, f">= {minimum}", value)
 
@@ -107,7 +231,7 @@ def check_int(who: str, name: str, value: Any, *, minimum: int | None = None) ->
 def check_bool(who: str, name: str, value: Any) -> None:
     """`value` is `True` or `False` (a flag; not 0 / 1, not a string, not an array)."""
     if not isinstance(value, bool | np.bool_):
-        raise ValueError(f"{who}: {name} must be True or False, got {value!r}")
+        _fail(who, name, "True or False", value, got=repr(value))
 
 
 def check_one_of(who: str, name: str, value: Any, allowed: Iterable[Any]) -> None:
@@ -120,7 +244,7 @@ def check_one_of(who: str, name: str, value: Any, allowed: Iterable[Any]) -> Non
         close = difflib.get_close_matches(value, [str(a) for a in allowed], n=1)
         if close:
             hint = f" (did you mean {close[0]!r}?)"
-    raise ValueError(f"{who}: {name} must be one of {allowed}, got {value!r}{hint}")
+    _fail(who, name, f"one of {allowed}", value, got=repr(value), note=hint)
 
 
 def expect_state(who: str, state: Any, cls: type) -> None:
@@ -133,9 +257,26 @@ def expect_state(who: str, state: Any, cls: type) -> None:
         )
 
 
+# Other libraries' names for gradtx's arguments (torch / Keras / papers), suggested when spelled
+# that way: difflib alone finds no `b1` for `beta1`.
+SYNONYMS: dict[str, tuple[str, ...]] = {
+    "beta1": ("b1",),
+    "beta_1": ("b1",),
+    "beta2": ("b2",),
+    "beta_2": ("b2",),
+    "beta3": ("b3",),
+    "lr": ("learning_rate",),
+    "step_size": ("learning_rate",),
+    "epsilon": ("eps",),
+    "betas": ("b1", "b2"),
+}
+
+
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
-    """' (did you mean 'x'?)' for the closest candidate, or ''."""
-    close = difflib.get_close_matches(name, list(candidates), n=3)
+    """' (did you mean 'x'?)' for the closest candidates (a known synonym first), or ''."""
+    candidates = list(candidates)
+    close = [c for c in SYNONYMS.get(name, ()) if c in candidates]
+    close += [c for c in difflib.get_close_matches(name, candidates, n=3) if c not in close]
     if not close:
         return ""
     return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"
@@ -153,24 +294,26 @@ def alias_errors(
 def alias_errors(
     fn: Any = None, /, *, renamed: Mapping[str, str] | None = None, name: str | None = None
 ) -> Any:
-    """Decorate an optimizer alias so that the errors raised while building it name the alias.
+    """Decorate an optimizer alias so that its errors name the alias.
 
     The user called `adam`, not `scale_by_adam`: a `ValueError` or `TypeError` raised inside the
-    alias is raised again, of the same type and with the original as its `__cause__`, with the
-    alias's name in front::
+    alias, while building it or later by the `init` / `update` of the transformation it returns,
+    is raised again `in_context` of the alias (of the same type, with the original as its
+    `__cause__`)::
 
         adam: scale_by_adam: b1 must be in [0.0, 1.0), got 1.0
+        lars: scale_by_trust_ratio: update needs params; pass them: update(updates, state, params)
 
-    Where a primitive calls the argument differently, `renamed` maps the start of the primitive's
-    message, `"<primitive>: <its argument>"`, to the alias's argument, and the message names that
-    first::
+    Where a primitive calls the argument differently, `renamed` maps `"<primitive>: <its
+    argument>"` to the alias's argument; a `HyperparameterError` whose `who` and `name` are that
+    primitive and argument is raised as the alias's own, naming the alias's argument first::
 
         adamw: weight_decay must be >= 0, got -1 (from weight_decay: rate must be >= 0, got -1)
 
-    A message that already starts with the alias's name (its own checks) is left as it is. The
-    signature and docstring are kept (`functools.wraps`). `name` replaces the function's name in
-    the messages, for aliases in a namespace (`name="nnabla.adam"`). Only construction is
-    covered: errors raised later by `update` name the primitive that raised them.
+    An error that already names the alias (its own checks) is left as it is. The signature and
+    docstring are kept (`functools.wraps`). `name` replaces the function's name in the messages,
+    for aliases in a namespace (`name="nnabla.adam"`). The returned transformation's `init` and
+    `update` are wrapped in a plain `try`: nothing is added to what `jax.jit` traces or runs.
 
     Usage::
 
@@ -180,35 +323,55 @@ def alias_errors(
         @alias_errors(renamed={"weight_decay: rate": "weight_decay"})
         def adamw(learning_rate, ..., weight_decay=1e-4, mask=None): ...
     """
-    renames = dict(renamed or {})
+    renames: dict[tuple[str, str], str] = {}
+    for inner, argument in (renamed or {}).items():
+        primitive, sep, inner_name = inner.rpartition(": ")
+        if not sep or not primitive or not inner_name:
+            raise ValueError(
+                f"alias_errors: renamed keys must be '<primitive>: <argument>', got {inner!r}"
+            )
+        renames[(primitive, inner_name)] = argument
 
     def decorate(alias: _F) -> _F:
         who = name or alias.__name__
 
+        def rename(error: BaseException) -> BaseException:
+            if isinstance(error, HyperparameterError):
+                argument = renames.get((error.who, error.name))
+                if argument is not None:
+                    return error.replace(who=who, name=argument, within=(), origin=error)
+            return in_context(who, error)
+
+        def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(fn)
+            def call(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return fn(*args, **kwargs)
+                except (ValueError, TypeError) as e:
+                    new = rename(e)
+                    if new is e:
+                        raise
+                    raise new from e
+
+            return call
+
         @functools.wraps(alias)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return alias(*args, **kwargs)
-            except (ValueError, TypeError) as e:
-                message = str(e)
-                if message.startswith((f"{who}:", f"{who}(")):
-                    raise
-                raise _with_message(e, _alias_message(who, message, renames)) from e
+            tx = guarded(alias)(*args, **kwargs)
+            if _is_transformation(tx):
+                tx = tx._replace(init=guarded(tx.init), update=guarded(tx.update))
+            return tx
 
         return wrapper  # type: ignore[return-value]
 
     return decorate if fn is None else decorate(fn)
 
 
-def _alias_message(who: str, message: str, renames: Mapping[str, str]) -> str:
-    for inner, argument in renames.items():
-        if message.startswith(f"{inner} "):
-            return f"{who}: {argument}{message[len(inner) :]} (from {message})"
-    return f"{who}: {message}"
-
-
-def _with_message(error: BaseException, message: str) -> BaseException:
-    """A copy of `error` (same type, same attributes) whose message is `message`."""
-    new = copy.copy(error)
-    new.args = (message, *error.args[1:])
-    return new
+def _is_transformation(tx: Any) -> bool:
+    """A `GradientTransformation` (a NamedTuple with callable init and update)."""
+    return (
+        isinstance(tx, tuple)
+        and hasattr(tx, "_replace")
+        and callable(getattr(tx, "init", None))
+        and callable(getattr(tx, "update", None))
+    )

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._checks import HyperparameterError
 from ._typing import ArrayLike
 
 INT32_MAX = int(jnp.iinfo(jnp.int32).max)
@@ -99,15 +100,26 @@ def safe_rms(x: ArrayLike, min_rms: ArrayLike = 0.0) -> jax.Array:
     return jnp.where(positive, jnp.sqrt(jnp.where(positive, ms, 1.0)), min_rms)
 
 
-def value_at(hyperparameter, count: ArrayLike):
+def value_at(hyperparameter, count: ArrayLike, *, who: str = "", name: str = ""):
     """A hyperparameter's value at step `count`: a schedule is called (its result as float32),
     a constant is returned unchanged (a Python float stays weakly typed, so it does not promote
-    bf16 updates)."""
+    bf16 updates).
+
+    A schedule that returns an array raises a `HyperparameterError` naming the transformation
+    `who` and its hyperparameter `name` (``scale_by_learning_rate: learning_rate schedule must
+    return a scalar, got shape (3,)``)."""
     if callable(hyperparameter):
         value = jnp.asarray(hyperparameter(count), jnp.float32)
         if value.ndim != 0:
-            raise ValueError(
-                f"a schedule must return a scalar, got shape {value.shape} from {hyperparameter!r}"
+            raise HyperparameterError(
+                who or "value_at",
+                name or "a",
+                hyperparameter,
+                "a scalar",
+                verb="return",
+                aspect="schedule",
+                got=f"shape {value.shape}",
+                note="" if who else f" from {hyperparameter!r}",
             )
         return value
     return hyperparameter

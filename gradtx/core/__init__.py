@@ -1,7 +1,8 @@
 """The core protocol: `GradientTransformation`, `chain`, `named_chain`, `identity`, `stateless`,
-`apply_updates`, `jit_step` and interoperability with Optax. The public API, re-exported
-explicitly; no logic here."""
+`apply_updates`, `jit_step`, interoperability with Optax and `HyperparameterError`. The public
+API, re-exported explicitly; no logic here."""
 
+from .._base._checks import HyperparameterError as HyperparameterError
 from ._interop import as_optax as as_optax
 from ._step import jit_step as jit_step
 from ._transformation import EmptyState as EmptyState
@@ -15,6 +16,7 @@ from ._transformation import stateless as stateless
 __all__ = [
     "EmptyState",
     "GradientTransformation",
+    "HyperparameterError",
     "apply_updates",
     "as_optax",
     "chain",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._base._checks import alias_errors
+from .._base._checks import alias_errors, check_bool
 from .._base._typing import ArrayLike, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, chain
 from ..schedules import constant, inverse_sqrt
@@ -111,8 +111,7 @@ def amsgrad(
     Reference: Reddi, Kale & Kumar, "On the Convergence of Adam and Beyond" (ICLR 2018); RETURNN
     `AMSGradOptimizer` (`returnn/tf/updater.py`).
     """
-    if not isinstance(decay, bool):
-        raise ValueError(f"returnn.amsgrad: decay must be True or False, got {decay!r}")
+    check_bool("returnn.amsgrad", "decay", decay)
     return chain(
         scale_by_adam_eps_hat(b1, b2, eps, amsgrad=True, bias_correction=False),
         scale_by_schedule(inverse_sqrt(1.0, 1) if decay else constant(1.0)),

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base._checks import check_int, concrete
+from .._base._checks import HyperparameterError, check_int, concrete
 from .._base._numerics import INT32_MAX
 from .._base._typing import ArrayLike
 
@@ -135,7 +135,7 @@ def check_callable(who: str, name: str, value: Any) -> None:
 def check_sorted_steps(who: str, name: str, values: Sequence[Any], *, strict: bool) -> list[int]:
     """A list of integer steps >= 0, sorted (strictly increasing when `strict`)."""
     if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
-        raise ValueError(f"{who}: {name} must be a list of integer steps, got {values!r}")
+        raise HyperparameterError(who, name, values, "a list of integer steps", got=repr(values))
     out = []
     for i, v in enumerate(values):
         check_int(who, f"{name}[{i}]", v, minimum=0)
@@ -144,7 +144,9 @@ def check_sorted_steps(who: str, name: str, values: Sequence[Any], *, strict: bo
         if b < a or (strict and b == a):
             order = "strictly increasing" if strict else "sorted in increasing order"
             fixed = sorted(set(out)) if strict else sorted(out)
-            raise ValueError(f"{who}: {name} must be {order}, got {out}; pass them as {fixed}")
+            raise HyperparameterError(
+                who, name, values, order, got=str(out), note=f"; pass them as {fixed}"
+            )
     return out
 
 
@@ -185,7 +187,7 @@ def number(who: str, name: str, value: Any) -> float:
     (they cannot be traced)."""
     arr = concrete(value)
     if arr is None or arr.ndim != 0 or not np.issubdtype(arr.dtype, np.number):
-        raise ValueError(f"{who}: {name} must be a number, got {value!r}")
+        raise HyperparameterError(who, name, value, "a number", got=repr(value))
     return float(arr)
 
 

@@ -43,6 +43,9 @@ from ._eve import ScaleByEveState as ScaleByEveState
 from ._eve import scale_by_eve as scale_by_eve
 from ._factored import FactoredState as FactoredState
 from ._factored import scale_by_factored_rms as scale_by_factored_rms
+from ._fromage import (
+    scale_by_learning_rate_and_shrink as scale_by_learning_rate_and_shrink,
+)
 from ._gradient_ops import AddNoiseState as AddNoiseState
 from ._gradient_ops import add_noise as add_noise
 from ._gradient_ops import centralize as centralize
@@ -158,6 +161,7 @@ __all__ = [
     "scale_by_lars_trust_ratio",
     "scale_by_lbfgs",
     "scale_by_learning_rate",
+    "scale_by_learning_rate_and_shrink",
     "scale_by_lion",
     "scale_by_novograd",
     "scale_by_optimistic_gradient",

@@ -108,7 +108,9 @@ def bound_lr(
     def leaf_step_at(count):
         t = count.astype(jnp.float32)
         step = count - 1  # the schedules' 0-based step
-        scale = value_at(learning_rate, step) * eps_hat_factor(b1, b2, count, bias_correction)
+        scale = value_at(learning_rate, step, who=who, name="learning_rate") * eps_hat_factor(
+            b1, b2, count, bias_correction
+        )
         final = final_lr * ratio(step)
         lower = final * (1.0 - 1.0 / (gamma * t + 1.0))
         upper = final * (1.0 + 1.0 / (gamma * t))

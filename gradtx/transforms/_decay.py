@@ -50,7 +50,7 @@ def weight_decay(rate: ScalarOrSchedule, mask: MaskOrFn | None = None) -> Gradie
         del extra_args
         params = require_params("weight_decay", params)
         assert_same_structure("weight_decay", updates=updates, params=params)
-        lam = value_at(rate, state.count)
+        lam = value_at(rate, state.count, who="weight_decay", name="rate")
         selected = (
             jax.tree.map(lambda _: True, params)
             if mask is None
@@ -102,7 +102,9 @@ def weight_decay_by_lr_ratio(
     ratio = lr_ratio(who, learning_rate, initial_learning_rate)
     if not callable(learning_rate) and initial_learning_rate is None:
         return weight_decay(rate, mask)
-    return weight_decay(lambda count: value_at(rate, count) * ratio(count), mask)
+    return weight_decay(
+        lambda count: value_at(rate, count, who=who, name="weight_decay") * ratio(count), mask
+    )
 
 
 __all__ = ["WeightDecayState", "weight_decay", "weight_decay_by_lr_ratio"]

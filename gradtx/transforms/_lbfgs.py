@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base._checks import check_int
+from .._base._checks import check_bool, check_int
 from .._base._numerics import safe_increment, wide_float, widen, zero_count
 from .._base._typing import Params, PyTree, Updates
 from ..core._transformation import GradientTransformation, require_params
@@ -170,10 +170,7 @@ def scale_by_lbfgs(
     `optax.scale_by_lbfgs` (0.2.8).
     """
     check_int("scale_by_lbfgs", "memory_size", memory_size, minimum=1)
-    if not isinstance(scale_init_precond, bool):
-        raise ValueError(
-            f"scale_by_lbfgs: scale_init_precond must be a bool, got {scale_init_precond!r}"
-        )
+    check_bool("scale_by_lbfgs", "scale_init_precond", scale_init_precond)
 
     def init(params):
         return ScaleByLBFGSState(

@@ -20,7 +20,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from .._base._checks import concrete
+from .._base._checks import HyperparameterError, concrete
 from .._base._numerics import wide_float
 from .._base._typing import Params, PyTree
 from ..tree import cast_like, get
@@ -37,7 +37,7 @@ def check_at_least(who: str, name: str, value: Any, low: float) -> None:
     arr = concrete(value)
     if arr is not None and not (arr >= low).all():
         shown = arr.item() if arr.ndim == 0 else value
-        raise ValueError(f"{who}: {name} must be >= {low}, got {shown!r}")
+        raise HyperparameterError(who, name, value, f">= {low}", got=repr(shown))
 
 
 def require_objective(who: str, value: Any, grad: Any, value_fn: Any) -> None:

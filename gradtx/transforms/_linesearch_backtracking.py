@@ -7,7 +7,13 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base._checks import check_in_range, check_int, check_non_negative, check_positive
+from .._base._checks import (
+    check_bool,
+    check_in_range,
+    check_int,
+    check_non_negative,
+    check_positive,
+)
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation, require_params
 from ..tree import add_scale, assert_same_structure, cast_like, vdot, zeros_like
@@ -118,9 +124,8 @@ def scale_by_backtracking_linesearch(
     check_positive(_WHO, "max_learning_rate", max_learning_rate)
     check_non_negative(_WHO, "atol", atol)
     check_non_negative(_WHO, "rtol", rtol)
-    for name, flag in (("store_grad", store_grad), ("verbose", verbose)):
-        if not isinstance(flag, bool):
-            raise ValueError(f"{_WHO}: {name} must be a bool, got {flag!r}")
+    check_bool(_WHO, "store_grad", store_grad)
+    check_bool(_WHO, "verbose", verbose)
 
     def init(params):
         dtype = value_dtype(params)

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import (
+    check_bool,
     check_in_range,
     check_int,
     check_non_negative,
@@ -188,8 +189,7 @@ def scale_by_zoom_linesearch(
         check_non_negative(_WHO, "approx_dec_rtol", approx_dec_rtol)
     check_non_negative(_WHO, "stepsize_precision", stepsize_precision)
     check_one_of(_WHO, "initial_guess_strategy", initial_guess_strategy, ["one", "keep"])
-    if not isinstance(verbose, bool):
-        raise ValueError(f"{_WHO}: verbose must be a bool, got {verbose!r}")
+    check_bool(_WHO, "verbose", verbose)
 
     def init(params):
         dtype = value_dtype(params)

@@ -55,8 +55,8 @@ def scale_by_optimistic_gradient(
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         assert_same_structure(who, updates=updates, **{"state.prev_grad": state.prev_grad})
-        a = value_at(alpha, state.count)
-        b = value_at(beta, state.count)
+        a = value_at(alpha, state.count, who=who, name="alpha")
+        b = value_at(beta, state.count, who=who, name="beta")
         first = state.count == 0
 
         def leaf(g, g_prev):

@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from .._base._checks import check_non_negative
+from .._base._checks import check_bool, check_non_negative
 from .._base._numerics import widen
 from .._base._typing import ArrayLike, PyTree
 from ..tree import norm as tree_norm
@@ -100,8 +100,7 @@ def per_example_layer_norm_clip(
     """
     who = "per_example_layer_norm_clip"
     check_non_negative(who, "global_l2_norm_clip", global_l2_norm_clip)
-    if not isinstance(uniform, bool):
-        raise ValueError(f"{who}: uniform must be True or False, got {uniform!r}")
+    check_bool(who, "uniform", uniform)
     leaves = _check_batched(who, grads)
     total = sum(math.prod(g.shape[1:]) for g in leaves)
 

@@ -6,7 +6,13 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
-from .._base._checks import check_positive, concrete
+from .._base._checks import (
+    HyperparameterError,
+    check_in_range,
+    check_positive,
+    check_scalar,
+    concrete,
+)
 from .._base._numerics import widen
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation
@@ -52,8 +58,9 @@ def scale_by_rprop(
 
     Args:
       learning_rate: :math:`\Delta_0` > 0, the initial step size.
-      eta_minus: :math:`\eta^-` > 0, the factor applied to the step after a sign flip.
-      eta_plus: :math:`\eta^+` > 0, the factor applied when the sign is kept.
+      eta_minus: :math:`\eta^-` in (0, 1), the factor applied to the step after a sign flip.
+      eta_plus: :math:`\eta^+` > 1, the factor applied when the sign is kept (as
+        `torch.optim.Rprop`: :math:`0 < \eta^- < 1 < \eta^+`).
       min_step_size: :math:`\Delta_{min}` > 0.
       max_step_size: :math:`\Delta_{max}` >= `min_step_size`.
 
@@ -70,14 +77,18 @@ def scale_by_rprop(
             f"{who}: learning_rate is the initial step size and must be a number, not a schedule"
         )
     check_positive(who, "learning_rate", learning_rate)
-    check_positive(who, "eta_minus", eta_minus)
-    check_positive(who, "eta_plus", eta_plus)
+    # as torch.optim.Rprop: a sign flip shrinks the step, an agreement grows it
+    check_in_range(who, "eta_minus", eta_minus, 0.0, 1.0, low_open=True, high_open=True)
+    check_scalar(who, "eta_plus", eta_plus)
+    grow = concrete(eta_plus)
+    if grow is not None and not bool((grow > 1).all()):
+        raise HyperparameterError(who, "eta_plus", eta_plus, "> 1")
     check_positive(who, "min_step_size", min_step_size)
     check_positive(who, "max_step_size", max_step_size)
     low, high = concrete(min_step_size), concrete(max_step_size)
     if low is not None and high is not None and not bool((high >= low).all()):
-        raise ValueError(
-            f"{who}: max_step_size must be >= min_step_size ({float(low)}), got {float(high)}"
+        raise HyperparameterError(
+            who, "max_step_size", max_step_size, f">= min_step_size ({float(low)})"
         )
 
     def init(params):

@@ -40,14 +40,16 @@ class ScaleByScheduleState(NamedTuple):
     count: jax.Array  # type: ignore[assignment]  # int32, saturating
 
 
-def _scale_by_step_value(value: ScalarOrSchedule, sign: float) -> GradientTransformation:
+def _scale_by_step_value(
+    who: str, name: str, value: ScalarOrSchedule, sign: float
+) -> GradientTransformation:
     def init(params):
         del params
         return ScaleByScheduleState(count=zero_count())
 
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
-        factor = value_at(value, state.count)
+        factor = value_at(value, state.count, who=who, name=name)
         if sign != 1.0:
             factor = sign * factor
         updates = jax.tree.map(lambda g: (factor * g).astype(g.dtype), updates)
@@ -73,7 +75,7 @@ def scale_by_schedule(step_size_fn: Schedule) -> GradientTransformation:
             f"scale_by_schedule: step_size_fn must be callable, got {type(step_size_fn).__name__};"
             " for a constant use scale(step_size)"
         )
-    return _scale_by_step_value(step_size_fn, 1.0)
+    return _scale_by_step_value("scale_by_schedule", "step_size_fn", step_size_fn, 1.0)
 
 
 def scale_by_learning_rate(
@@ -94,7 +96,9 @@ def scale_by_learning_rate(
       for a constant and for a schedule, so checkpoints survive switching between them.
     """
     check_non_negative("scale_by_learning_rate", "learning_rate", learning_rate)
-    return _scale_by_step_value(learning_rate, -1.0 if flip_sign else 1.0)
+    return _scale_by_step_value(
+        "scale_by_learning_rate", "learning_rate", learning_rate, -1.0 if flip_sign else 1.0
+    )
 
 
 def lr_ratio(
@@ -111,7 +115,7 @@ def lr_ratio(
     if initial_learning_rate is not None:
         check_positive(who, "initial_learning_rate", initial_learning_rate)
         eta0 = initial_learning_rate
-        return lambda count: value_at(learning_rate, count) / eta0
+        return lambda count: value_at(learning_rate, count, who=who, name="learning_rate") / eta0
     if not callable(learning_rate):
         return lambda count: 1.0
     first = concrete(learning_rate(jnp.zeros([], jnp.int32)))  # None when traced
@@ -121,7 +125,10 @@ def lr_ratio(
             "at step 0, so eta_t / eta_0 is undefined; pass initial_learning_rate=<the base "
             "learning rate> (nnabla's eta_0, the learning rate given to the solver)"
         )
-    return lambda count: value_at(learning_rate, count) / value_at(learning_rate, 0)
+    return lambda count: (
+        value_at(learning_rate, count, who=who, name="learning_rate")
+        / value_at(learning_rate, 0, who=who, name="learning_rate")
+    )
 
 
 def normalize(eps: ArrayLike = 1e-12) -> GradientTransformation:

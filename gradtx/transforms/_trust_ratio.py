@@ -166,7 +166,7 @@ def scale_by_lars_trust_ratio(
         del extra_args
         params = require_params(who, params)
         assert_same_structure(who, updates=updates, params=params)
-        lam = value_at(weight_decay, state.count)
+        lam = value_at(weight_decay, state.count, who=who, name="weight_decay")
 
         def leaf(g, w):
             gw, ww = widen(g), widen(jnp.asarray(w))

@@ -135,26 +135,32 @@ def _shown(all_paths: list[str]) -> list[str]:
 
 def _no_match_error(who: str, pattern: str, what: str, all_paths: list[str]) -> ValueError:
     hint = " (pass strict=False to allow patterns that match nothing)" if what else ""
+    negated = "!" if pattern.startswith("!") else ""
+    close = did_you_mean(pattern, [negated + q for q in all_paths])
+    if negated:
+        hint = "; a negated pattern that matches nothing excludes nothing" + hint
     return ValueError(
-        f"{who}: pattern {pattern!r}{what} matches no parameter{did_you_mean(pattern, all_paths)}; "
+        f"{who}: pattern {pattern!r}{what} matches no parameter{close}; "
         f"available paths: {_shown(all_paths)}{hint}"
     )
 
 
 def _select(who: str, patterns: list[str], all_paths: list[str], strict: bool) -> list[bool]:
     """Per path: matched by a positive pattern (or there is none) and by no negated one. With
-    `strict`, a positive pattern that matches no path raises (checked on the same matches, so it
-    costs nothing extra)."""
+    `strict`, a pattern that matches no path raises, a negated one too (`"!**/biass"` excludes
+    nothing: a typo that would silently select every leaf); checked on the same matches, so it
+    costs nothing extra."""
     positive = [p for p in patterns if not p.startswith("!")]
-    negative = [p[1:] for p in patterns if p.startswith("!")]
+    negative = [p for p in patterns if p.startswith("!")]
     hits = [[glob_matches(p, q) for q in all_paths] for p in positive]
+    misses = [[glob_matches(p[1:], q) for q in all_paths] for p in negative]
     if strict:
-        for p, h in zip(positive, hits, strict=True):
+        for p, h in zip(positive + negative, hits + misses, strict=True):
             if not any(h):
                 raise _no_match_error(who, p, "", all_paths)
     return [
-        (not positive or any(h[i] for h in hits)) and not any(glob_matches(p, q) for p in negative)
-        for i, q in enumerate(all_paths)
+        (not positive or any(h[i] for h in hits)) and not any(m[i] for m in misses)
+        for i in range(len(all_paths))
     ]
 
 
@@ -173,8 +179,9 @@ def match(pattern: str | Sequence[str], tree: PyTree, *, strict: bool = False) -
     Args:
       pattern: a glob or a list of globs.
       tree: the tree whose leaves are matched (e.g. params).
-      strict: raise a `ValueError` listing the available paths when a positive pattern matches
-        no leaf (catches typos in parameter names).
+      strict: raise a `ValueError` listing the available paths when a pattern matches no leaf
+        (catches typos in parameter names), a negated one too (`"!**/biass"` would exclude
+        nothing).
 
     Returns:
       A tree of Python bools with the structure of `tree` (None leaves stay None).
@@ -209,6 +216,12 @@ def resolve_rules(
             )
         hits = [i for i, on in enumerate(_select(who, [pattern], all_paths, False)) if on]
         taken = [i for i in hits if values[i] is NO_DEFAULT]
+        if (
+            strict
+            and pattern.startswith("!")
+            and not any(_select(who, [pattern[1:]], all_paths, False))
+        ):
+            raise _no_match_error(who, pattern, f" in {what}", all_paths)
         if strict and not taken:
             if hits:
                 raise ValueError(

@@ -39,13 +39,12 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base._checks import check_int, expect_state
+from .._base._checks import check_bool, check_int, error_context, expect_state
 from .._base._numerics import zero_count
 from .._base._typing import OptState, Updates
 from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
 from ..state._buffers import check_float_dtype
 from ..tree import assert_same_structure, cast_like, zeros_like
-from ._common import error_context
 
 
 class AccumulateState(NamedTuple):
@@ -116,8 +115,7 @@ def accumulate_k_steps(
     tx = _as_transformation(tx, who, "tx")
     check_int(who, "k", k, minimum=1)
     check_float_dtype(who, "accumulator_dtype", accumulator_dtype)
-    if not isinstance(average, bool):
-        raise ValueError(f"{who}: average must be True or False, got {average!r}")
+    check_bool(who, "average", average)
     if should_skip_update_fn is not None and not callable(should_skip_update_fn):
         raise TypeError(
             f"{who}: should_skip_update_fn must be a callable (updates, gradient_step, params) -> "

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base._checks import check_non_negative
+from .._base._checks import check_bool, check_non_negative, error_context, expect_state
 from .._base._numerics import safe_increment, zero_count
 from .._base._typing import ArrayLike, OptState, Params, Updates
 from ..core._transformation import GradientTransformation, _as_transformation
@@ -39,10 +39,7 @@ def _check_args(who: str, inner: Any, should_transform_fn: Any, forward_extra_ar
             f"{who}: should_transform_fn must be a function step -> bool, "
             f"got {type(should_transform_fn).__name__}"
         )
-    if not isinstance(forward_extra_args, bool):
-        raise ValueError(
-            f"{who}: forward_extra_args must be True or False, got {forward_extra_args!r}"
-        )
+    check_bool(who, "forward_extra_args", forward_extra_args)
     return inner
 
 
@@ -65,20 +62,14 @@ def _conditional(who: str, inner, should_transform_fn, forward_extra_args: bool,
         return state_cls(inner_state=inner.init(params), step=zero_count())
 
     def update(updates, state, params=None, **extra_args):
-        if not isinstance(state, state_cls):
-            raise ValueError(
-                f"{who}: expected a {state_cls.__name__} (from this wrapper's init), "
-                f"got {type(state).__name__}"
-            )
+        expect_state(who, state, state_cls)
         cond = _condition(
             who, should_transform_fn, state.step, extra_args if forward_extra_args else {}
         )
 
         def run(inner_state):
-            try:
+            with error_context(who):
                 out, inner_state = inner_update(updates, inner_state, params, **extra_args)
-            except ValueError as e:
-                raise ValueError(f"{who}: {e}") from e
             # both branches of the cond must agree on dtypes: updates keep the gradients' dtype
             return cast_like(out, updates), inner_state
 

@@ -7,7 +7,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base._checks import check_int, expect_state
+from .._base._checks import check_int, error_context, expect_state
 from .._base._numerics import safe_increment, zero_count
 from .._base._typing import OptState
 from ..core._transformation import (
@@ -17,7 +17,6 @@ from ..core._transformation import (
     stateless,
 )
 from ..tree import cast_like
-from ._common import error_context
 
 
 class ApplyIfFiniteState(NamedTuple):

@@ -11,11 +11,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base._checks import expect_state
+from .._base._checks import did_you_mean, error_context, expect_state
 from .._base._numerics import safe_increment, zero_count
 from .._base._typing import OptState
 from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
-from ._common import error_context
 
 
 class InjectHyperparamsState(NamedTuple):
@@ -124,8 +123,26 @@ def inject_hyperparams(
         signature = None
     factory_name = getattr(factory, "__name__", type(factory).__name__)
 
+    def _check_names(signature: inspect.Signature, kwargs: Mapping[str, Any]) -> None:
+        """A `TypeError` suggesting the factory's argument for a misspelt (or torch-named) one."""
+        params = signature.parameters
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            return
+        named = [
+            n
+            for n, p in params.items()
+            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        ]
+        for name in kwargs:
+            if name not in named:
+                raise TypeError(
+                    f"{who}({factory_name}): {factory_name} has no argument {name!r}"
+                    f"{did_you_mean(name, named)}; its arguments are {named}"
+                )
+
     def wrapped(*args: Any, **kwargs: Any) -> GradientTransformation:
         if signature is not None:
+            _check_names(signature, kwargs)
             try:
                 bound = signature.bind(*args, **kwargs)
             except TypeError as e:

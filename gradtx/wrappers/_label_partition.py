@@ -6,12 +6,12 @@ full tree of labels, so a label tree is never mistaken for a dict of glob patter
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 import jax
 
+from .._base._checks import check_bool, error_context
 from .._base._typing import PyTree
 from ..core._transformation import GradientTransformation, _as_transformation
 from ..core._transformation import forward_extra_args as _accepting_extra_args
@@ -19,17 +19,6 @@ from ..tree import broadcast_prefix
 from ._partition import multi_transform
 
 _is_none = lambda x: x is None
-
-
-@contextlib.contextmanager
-def _named(who: str) -> Iterator[None]:
-    """Prefix `who: ` to a `ValueError` raised inside, unless it already names `who`."""
-    try:
-        yield
-    except ValueError as e:
-        if str(e).startswith(f"{who}:"):
-            raise
-        raise ValueError(f"{who}: {e}") from e
 
 
 def _mask_extra_args(tx: GradientTransformation) -> GradientTransformation:
@@ -89,11 +78,7 @@ def partition(
       >>> state = tx.init(params)
     """
     who = "partition"
-    if not isinstance(mask_compatible_extra_args, bool):
-        raise ValueError(
-            f"{who}: mask_compatible_extra_args must be True or False, "
-            f"got {mask_compatible_extra_args!r}"
-        )
+    check_bool(who, "mask_compatible_extra_args", mask_compatible_extra_args)
     if not isinstance(transforms, Mapping) or not transforms:
         raise ValueError(
             f"{who}: transforms must be a non-empty dict label -> transformation, "
@@ -110,15 +95,15 @@ def partition(
         spec = param_labels(tree) if callable(param_labels) else param_labels
         return broadcast_prefix(spec, tree, who=who, what="param_labels")
 
-    with _named(who):
+    with error_context(who):
         tx = multi_transform(txs, labels_for)
 
     def init(params: Any) -> Any:
-        with _named(who):
+        with error_context(who):
             return tx.init(params)
 
     def update(updates, state, params=None, **extra_args):
-        with _named(who):
+        with error_context(who):
             return tx.update(updates, state, params, **extra_args)
 
     return GradientTransformation(init, update)

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base._checks import did_you_mean
+from .._base._checks import HyperparameterError, did_you_mean, error_context, expect_state
 from .._base._typing import OptState
 from ..core._transformation import (
     GradientTransformation,
@@ -27,7 +27,7 @@ from ..core._transformation import (
 )
 from ..tree._paths import assert_same_structure, map_with_path
 from ..tree._patterns import MaskOrFn, broadcast_prefix, resolve_mask, resolve_rules
-from ._common import error_context, pick, prune
+from ._common import pick, prune
 
 
 class MaskedState(NamedTuple):
@@ -36,14 +36,6 @@ class MaskedState(NamedTuple):
 
 class MultiTransformState(NamedTuple):
     inner_states: dict[Hashable, OptState]  # label -> state of that label's transformation
-
-
-def _check_state(who: str, state: Any, cls: type) -> None:
-    if not isinstance(state, cls):
-        raise ValueError(
-            f"{who}: expected a {cls.__name__} (from this transformation's init), "
-            f"got {type(state).__name__}"
-        )
 
 
 def _check_params(who: str, updates: Any, params: Any) -> None:
@@ -244,7 +236,7 @@ def multi_transform(
         return MultiTransformState(inner_states=states)
 
     def update(updates, state, params=None, **extra_args):
-        _check_state(who, state, MultiTransformState)
+        expect_state(who, state, MultiTransformState)
         # JAX rebuilds dicts with sorted keys (e.g. out of a jitted step): compare key sets
         if not isinstance(state.inner_states, dict) or set(state.inner_states) != set(known):
             got = (
@@ -321,7 +313,7 @@ def masked(
             return MaskedState(inner_state=tx.init(prune(params, keep)))
 
     def update(updates, state, params=None, **extra_args):
-        _check_state(who, state, MaskedState)
+        expect_state(who, state, MaskedState)
         _check_params(who, updates, params)
         keep = resolve_mask(who, mask, updates, strict=strict)
         u, inner = _run_on(who, update_fn, keep, updates, state.inner_state, params, extra_args)
@@ -375,7 +367,7 @@ def freeze(
             return MaskedState(inner_state=tx.init(prune(params, trainable(params))))
 
     def update(updates, state, params=None, **extra_args):
-        _check_state(who, state, MaskedState)
+        expect_state(who, state, MaskedState)
         _check_params(who, updates, params)
         keep = trainable(updates)
         u, inner = _run_on(who, update_fn, keep, updates, state.inner_state, params, extra_args)
@@ -402,7 +394,7 @@ def _check_factors(who: str, rules: Any, default: Any, *, non_negative: bool) ->
         )
         if not ok or not math.isfinite(float(value)) or (non_negative and value < 0):
             need = "a finite number >= 0" if non_negative else "a finite number"
-            raise ValueError(f"{who}: {name} must be {need}, got {value!r}")
+            raise HyperparameterError(who, name, value, need, got=repr(value))
 
 
 def _scale_leaf(factor: float, u: jax.Array) -> jax.Array:
@@ -471,7 +463,7 @@ def lr_multipliers(
             return MaskedState(inner_state=tx.init(prune(params, keep)))
 
     def update(updates, state, params=None, **extra_args):
-        _check_state(who, state, MaskedState)
+        expect_state(who, state, MaskedState)
         _check_params(who, updates, params)
         mults = multipliers(updates)
         keep = jax.tree.map(lambda m: m != 0, mults)

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base._checks import concrete
+from .._base._checks import HyperparameterError, concrete, expect_state
 from .._base._numerics import safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, Params, Updates
 from ..core._transformation import GradientTransformation
@@ -18,13 +18,13 @@ from ..tree import assert_same_structure, map_split, zeros_like
 def _check_period(who: str, name: str, value: Any) -> None:
     """`value` is an integer >= 1 when it can be inspected (not traced)."""
     if isinstance(value, bool | np.bool_):
-        raise ValueError(f"{who}: {name} must be an integer >= 1, got {value!r}")
+        raise HyperparameterError(who, name, value, "an integer >= 1", got=repr(value))
     arr = concrete(value)
     if arr is None:
         return
     if arr.ndim != 0 or not np.issubdtype(arr.dtype, np.integer) or int(arr) < 1:
         shown = repr(arr.item()) if arr.ndim == 0 else repr(value)
-        raise ValueError(f"{who}: {name} must be an integer >= 1, got {shown}")
+        raise HyperparameterError(who, name, value, "an integer >= 1", got=shown)
 
 
 class ApplyEveryState(NamedTuple):
@@ -64,11 +64,7 @@ def apply_every(k: ArrayLike = 1) -> GradientTransformation:
 
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
-        if not isinstance(state, ApplyEveryState):
-            raise ValueError(
-                f"{who}: expected an ApplyEveryState (from this transformation's init), "
-                f"got {type(state).__name__}"
-            )
+        expect_state(who, state, ApplyEveryState)
         assert_same_structure(who, updates=updates, **{"state.grad_acc": state.grad_acc})
         phase = state.count % k
         restart = phase == 0

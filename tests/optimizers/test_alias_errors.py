@@ -52,8 +52,10 @@ def test_a_negative_learning_rate_names_the_alias(name):
     assert re.search(r"learning_rate must be >?=? ?0, got -1.0", message), message
     cause = info.value.__cause__
     if cause is not None:  # raised by a primitive: the original is kept
-        assert type(cause) is ValueError
+        assert type(cause) is gradtx.HyperparameterError
+        assert type(info.value) is gradtx.HyperparameterError
         assert message == f"{name}: {cause}"
+        assert info.value.within[0] == name  # the alias, in the structured fields too
 
 
 def test_the_error_keeps_its_type_and_the_original_as_cause():

@@ -39,5 +39,5 @@ def test_sgd_invalid_arguments():
         r" \(from trace: decay must be in \[0.0, 1.0\], got 2\)$",
     ) as info:
         gradtx.sgd(0.1, momentum=2)
-    assert type(info.value.__cause__) is ValueError
+    assert type(info.value.__cause__) is gradtx.HyperparameterError
     assert str(info.value.__cause__) == "trace: decay must be in [0.0, 1.0], got 2"

@@ -154,7 +154,8 @@ def test_missing_value_raises_with_the_fix():
     with pytest.raises(ValueError) as info:
         tx.update(g, tx.init(params), params)
     message = str(info.value)
-    assert message.startswith("scale_by_eve needs the monitored value (e.g. the loss): call ")
+    # raised by scale_by_eve, named after the alias the user called
+    assert message.startswith("eve: scale_by_eve needs the monitored value (e.g. the loss): call ")
     assert "update(grads, state, params, value=loss)" in message and "got no value" in message
     with pytest.raises(ValueError, match="scale_by_eve needs the monitored value"):
         jax.jit(lambda g, s: tx.update(g, s, params))(g, tx.init(params))

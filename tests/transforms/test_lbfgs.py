@@ -149,7 +149,7 @@ INVALID = [
     (
         gradtx.scale_by_lbfgs,
         {"scale_init_precond": "yes"},
-        "scale_by_lbfgs: scale_init_precond must be a bool, got 'yes'",
+        "scale_by_lbfgs: scale_init_precond must be True or False, got 'yes'",
     ),
     (gradtx.lbfgs, {"memory_size": -1}, "lbfgs: memory_size must be >= 1, got -1"),
     (

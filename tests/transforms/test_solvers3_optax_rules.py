@@ -276,7 +276,7 @@ INVALID = [
     (lambda: gradtx.scale_by_rprop(0.0), "scale_by_rprop: learning_rate must be > 0, got 0.0"),
     (
         lambda: gradtx.rprop(0.1, eta_plus=0.0),
-        "rprop: scale_by_rprop: eta_plus must be > 0, got 0.0",
+        "rprop: scale_by_rprop: eta_plus must be > 1, got 0.0",
     ),
     (
         lambda: gradtx.rprop(0.1, min_step_size=1.0, max_step_size=0.5),

@@ -107,7 +107,7 @@ def test_mismatched_trees_name_every_wrapper_and_the_path():
     renamed = {**params, "dense": {"kernel": jnp.ones((2, 2)), "b": jnp.ones(2)}}
     with pytest.raises(
         ValueError,
-        match=r"^apply_if_finite: multi_transform\['a'\]: masked: scale_by_adam: updates and "
+        match=r"^apply_if_finite: multi_transform\['a'\]: masked: adam: scale_by_adam: updates and "
         r"state.mu differ",
     ):
         inner.update(renamed, state)
