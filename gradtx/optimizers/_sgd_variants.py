@@ -185,8 +185,8 @@ def rprop(
 
     Args:
       learning_rate: :math:`\Delta_0` > 0, the initial step size.
-      eta_minus: > 0, the factor applied to a step after a sign flip.
-      eta_plus: > 0, the factor applied while the sign holds.
+      eta_minus: in (0, 1), the factor applied to a step after a sign flip.
+      eta_plus: > 1, the factor applied while the sign holds.
       min_step_size: > 0, the smallest step.
       max_step_size: >= `min_step_size`, the largest step.
 

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base._checks import check_in_range, check_int
+from .._base._checks import check_in_range, check_int, error_context
 from .._base._typing import ArrayLike, OptState, Params
 from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
 from ..transforms._tier import (
@@ -21,7 +21,6 @@ from ..transforms._tier import (
 )
 from ..transforms._tier import ema as _ema
 from ..tree import assert_same_structure, map_split
-from ._common import error_context
 
 
 class EmaParamsState(NamedTuple):

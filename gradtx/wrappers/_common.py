@@ -1,4 +1,4 @@
-"""Helpers shared by the wrappers (internal): pruned trees and error context.
+"""Helpers shared by the wrappers (internal): pruned trees.
 
 A wrapper that runs an inner transformation on part of the tree hands it a *pruned* tree: the
 leaves it does not own are replaced by `None`. gradtx treats `None` as an absent leaf everywhere
@@ -8,24 +8,12 @@ state holds no buffer for a pruned leaf.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import jax
 
 from .._base._typing import PyTree
 from ..tree._paths import _is_tree_leaf
-
-
-@contextlib.contextmanager
-def error_context(who: str) -> Iterator[None]:
-    """Prefix `who: ` to a `ValueError` raised inside (e.g. by an inner transformation), so nested
-    wrappers report the whole path: ``apply_if_finite: accumulate_k_steps: scale_by_adam: ...``."""
-    try:
-        yield
-    except ValueError as e:
-        raise ValueError(f"{who}: {e}") from e
 
 
 def is_leaf_value(x: Any) -> bool:
@@ -44,7 +32,6 @@ def pick(keep: PyTree, inner: PyTree, outer: PyTree) -> PyTree:
 
 
 __all__ = [
-    "error_context",
     "is_leaf_value",
     "pick",
     "prune",
