@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NoReturn, TypeVar, overload
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -182,18 +183,27 @@ def check_scalar(who: str, name: str, value: Any) -> None:
         )
 
 
-def check_positive(who: str, name: str, value: Any) -> None:
-    """`value` is a scalar > 0."""
+def _finite(arr: np.ndarray) -> bool:
+    return not np.issubdtype(arr.dtype, np.inexact) or bool(np.all(np.isfinite(arr)))
+
+
+def check_positive(who: str, name: str, value: Any, *, finite: bool = False) -> None:
+    """`value` is a scalar > 0 (and not infinite, with `finite=True`)."""
     check_scalar(who, name, value)
     arr = concrete(value)
+    if arr is not None and finite and not _finite(arr):
+        _fail(who, name, "finite", value)
     if arr is not None and not np.all(arr > 0):
         _fail(who, name, "> 0", value)
 
 
-def check_non_negative(who: str, name: str, value: Any) -> None:
-    """`value` is a scalar >= 0."""
+def check_non_negative(who: str, name: str, value: Any, *, finite: bool = False) -> None:
+    """`value` is a scalar >= 0 (and not infinite, with `finite=True`: a learning rate or a
+    weight decay of inf trains on inf / NaN without any error)."""
     check_scalar(who, name, value)
     arr = concrete(value)
+    if arr is not None and finite and not _finite(arr):
+        _fail(who, name, "finite", value)
     if arr is not None and not np.all(arr >= 0):
         _fail(who, name, ">= 0", value)
 
@@ -359,12 +369,51 @@ def alias_errors(
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             tx = guarded(alias)(*args, **kwargs)
             if _is_transformation(tx):
-                tx = tx._replace(init=guarded(tx.init), update=guarded(tx.update))
+                inner_init = guarded(tx.init)
+
+                @functools.wraps(tx.init)
+                def init(params: Any) -> Any:
+                    check_params(who, params)
+                    return inner_init(params)
+
+                tx = tx._replace(init=init, update=guarded(tx.update))
             return tx
 
         return wrapper  # type: ignore[return-value]
 
     return decorate if fn is None else decorate(fn)
+
+
+def check_params(who: str, params: Any) -> None:
+    """Every leaf of `params` is a floating-point (or complex) array or `jax.ShapeDtypeStruct`.
+
+    An optimizer casts each update to its parameter's dtype: an integer or bool leaf would be
+    silently never trained (its updates round to 0), and a Python number has no dtype at all.
+    The error names the first such leaf's path and its type, and the fix.
+    """
+    leaves, _ = jax.tree_util.tree_flatten_with_path(params)
+    for path, leaf in leaves:
+        where = "/".join(_key_str(k) for k in path) or "<root>"
+        dtype = getattr(leaf, "dtype", None)
+        if dtype is None:
+            raise TypeError(
+                f"{who}: the params leaf {where!r} is a {type(leaf).__name__} ({leaf!r}), not an "
+                "array: pass arrays (e.g. jax.tree.map(jnp.asarray, params))"
+            )
+        if not jnp.issubdtype(dtype, jnp.inexact):
+            raise TypeError(
+                f"{who}: the params leaf {where!r} has dtype {np.dtype(dtype).name}; an optimizer "
+                "trains floating-point parameters (an integer leaf's updates would round to 0): "
+                "keep it out of the params, or leave it untouched with gradtx.freeze / "
+                "gradtx.multi_transform(..., set_to_zero())"
+            )
+
+
+def _key_str(key: Any) -> str:
+    for attr in ("key", "name", "idx"):
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
 
 
 def _is_transformation(tx: Any) -> bool:

@@ -92,6 +92,8 @@ class NamedSchedule:
     __slots__ = ("__weakref__", "_fn", "arguments", "name")
 
     def __init__(self, name: str, fn: Callable[[jax.Array], ArrayLike], **arguments: Any):
+        for argument, value in arguments.items():
+            _check_finite(name, argument, value)
         self.name = name
         self.arguments = arguments
         self._fn = fn
@@ -106,6 +108,26 @@ class NamedSchedule:
     @property
     def __name__(self) -> str:  # lets code written for plain functions read a name
         return self.name
+
+
+def _check_finite(who: str, name: str, value: Any) -> None:
+    """Every number in `value` (a scalar, or numbers nested in lists, tuples and dicts) is finite:
+    a NaN or infinite schedule value would train on NaN without any error. Schedules and traced
+    values are not inspected."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            _check_finite(who, f"{name}[{key!r}]", item)
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _check_finite(who, f"{name}[{i}]", item)
+    else:
+        arr = concrete(value)
+        if (
+            arr is not None
+            and np.issubdtype(arr.dtype, np.inexact)
+            and not np.all(np.isfinite(arr))
+        ):
+            raise HyperparameterError(who, name, value, "finite")
 
 
 def call(schedule: Callable[[Any], ArrayLike], step: jax.Array) -> jax.Array:

@@ -17,9 +17,10 @@ def _stateless(update_leaves) -> GradientTransformation:
 
 
 def _shrink_factor(size: jax.Array, limit: ArrayLike) -> jax.Array:
-    """`limit / max(size, limit)`: 1 when `size <= limit`, with a finite gradient at size 0."""
+    """`limit / max(size, limit)`: exactly 1 when `size <= limit` (so an infinite limit is no
+    clipping, not inf / inf = NaN), with a finite gradient at size 0; a NaN size gives NaN."""
     limit = jnp.asarray(limit, size.dtype)
-    return limit / jnp.maximum(size, limit)
+    return jnp.where(size <= limit, jnp.ones_like(size), limit / jnp.maximum(size, limit))
 
 
 def clip(max_delta: ArrayLike) -> GradientTransformation:
@@ -53,7 +54,7 @@ def clip_by_norm(max_norm: ArrayLike) -> GradientTransformation:
     norm over all leaves use `clip_by_global_norm`.
 
     Args:
-      max_norm: :math:`c` > 0.
+      max_norm: :math:`c` > 0; `inf` means no clipping.
 
     Returns:
       A stateless `GradientTransformation` (state `EmptyState`).
@@ -87,7 +88,7 @@ def clip_by_global_norm(max_norm: ArrayLike) -> GradientTransformation:
     `clip_grad_norm_` (used by RETURNN's torch engine) divides by `norm + 1e-6` instead.
 
     Args:
-      max_norm: :math:`c` > 0.
+      max_norm: :math:`c` > 0; `inf` means no clipping.
 
     Returns:
       A stateless `GradientTransformation` (state `EmptyState`).

@@ -39,7 +39,7 @@ def weight_decay(rate: ScalarOrSchedule, mask: MaskOrFn | None = None) -> Gradie
     Returns:
       A `GradientTransformation` with state `WeightDecayState(count)`; it needs `params`.
     """
-    check_non_negative("weight_decay", "rate", rate)
+    check_non_negative("weight_decay", "rate", rate, finite=True)
 
     def init(params):
         if mask is not None:  # a pattern that matches nothing is reported here, not at update
@@ -98,7 +98,7 @@ def weight_decay_by_lr_ratio(
     Loshchilov & Hutter, "Decoupled Weight Decay Regularization" (ICLR 2019).
     """
     who = "weight_decay_by_lr_ratio"
-    check_non_negative(who, "rate", rate)
+    check_non_negative(who, "rate", rate, finite=True)
     ratio = lr_ratio(who, learning_rate, initial_learning_rate)
     if not callable(learning_rate) and initial_learning_rate is None:
         return weight_decay(rate, mask)

@@ -95,7 +95,7 @@ def scale_by_learning_rate(
       A `GradientTransformation` with state `ScaleByScheduleState(count)`; the layout is the same
       for a constant and for a schedule, so checkpoints survive switching between them.
     """
-    check_non_negative("scale_by_learning_rate", "learning_rate", learning_rate)
+    check_non_negative("scale_by_learning_rate", "learning_rate", learning_rate, finite=True)
     return _scale_by_step_value(
         "scale_by_learning_rate", "learning_rate", learning_rate, -1.0 if flip_sign else 1.0
     )
@@ -111,7 +111,7 @@ def lr_ratio(
     starts at 0 (a warm-up from zero) has no usable ratio: the error asks for
     `initial_learning_rate`.
     """
-    check_non_negative(who, "learning_rate", learning_rate)
+    check_non_negative(who, "learning_rate", learning_rate, finite=True)
     if initial_learning_rate is not None:
         check_positive(who, "initial_learning_rate", initial_learning_rate)
         eta0 = initial_learning_rate
