@@ -5,6 +5,7 @@ state layouts never depend on numbers, and `value=` reaches gradtx transformatio
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -43,7 +44,7 @@ def test_every_optimizer_rejects_an_array_learning_rate(case):
 def test_a_schedule_returning_an_array_is_rejected_when_called():
     tx = gradtx.adam(lambda count: jnp.full((3,), 0.1))
     params = {"w": jnp.zeros(())}
-    with pytest.raises(ValueError, match=r"a schedule must return a scalar, got shape \(3,\)"):
+    with pytest.raises(ValueError, match=r"schedule must return a scalar, got shape \(3,\)"):
         tx.update(params, tx.init(params))
 
 
@@ -58,24 +59,53 @@ def test_apply_updates_refuses_an_update_of_another_shape():
         jax.jit(gradtx.apply_updates)(params, updates)
 
 
-MU_DTYPE_FACTORIES = [
-    (name, getattr(gradtx, name))
-    for name in sorted(dir(gradtx))
-    if callable(getattr(gradtx, name))
-    and not isinstance(getattr(gradtx, name), type)
-    and "mu_dtype" in inspect.signature(getattr(gradtx, name)).parameters
-]
+def _moment_dtype_factories() -> list[tuple[str, str, Any]]:
+    """`(id, dtype argument, factory)` for every public factory with a `mu_dtype` / `nu_dtype`
+    argument, in gradtx and in the subpackages with optimizers of their own."""
+    import gradtx.contrib
+    import gradtx.nnabla
+    import gradtx.returnn
+
+    found = []
+    for module in (gradtx, gradtx.contrib, gradtx.nnabla, gradtx.returnn):
+        prefix = module.__name__.removeprefix("gradtx").lstrip(".")
+        for name in sorted(dir(module)):
+            factory = getattr(module, name)
+            if not callable(factory) or isinstance(factory, type) or name.startswith("_"):
+                continue
+            parameters = inspect.signature(factory).parameters
+            for argument in ("mu_dtype", "nu_dtype"):
+                if argument in parameters:
+                    qualified = f"{prefix}.{name}" if prefix else name
+                    found.append((f"{qualified}-{argument}", argument, factory))
+    return found
+
+
+MOMENT_DTYPE_FACTORIES = _moment_dtype_factories()
+
+
+def test_the_moment_dtype_scan_sees_the_subpackages():
+    ids = {i for i, _, _ in MOMENT_DTYPE_FACTORIES}
+    assert {"contrib.adopt-mu_dtype", "contrib.scale_by_acprop-nu_dtype"} <= ids
+    assert {"nnabla.adam-mu_dtype", "returnn.nadam-nu_dtype"} <= ids
+
+
+def _required_kwargs(factory: Any) -> dict[str, Any]:
+    parameters = inspect.signature(factory).parameters
+    needs_lr = "learning_rate" in parameters and (
+        parameters["learning_rate"].default is inspect.Parameter.empty
+    )
+    return {"learning_rate": 1e-3} if needs_lr else {}
 
 
 @pytest.mark.parametrize(
-    ("name", "factory"), MU_DTYPE_FACTORIES, ids=[n for n, _ in MU_DTYPE_FACTORIES]
+    ("argument", "factory"),
+    [(a, f) for _, a, f in MOMENT_DTYPE_FACTORIES],
+    ids=[i for i, _, _ in MOMENT_DTYPE_FACTORIES],
 )
-def test_integer_moment_dtypes_are_rejected(name, factory):
-    kwargs = (
-        {"learning_rate": 1e-3} if "learning_rate" in inspect.signature(factory).parameters else {}
-    )
-    with pytest.raises(ValueError, match=r"mu_dtype must be a floating-point dtype.*got int8"):
-        factory(**kwargs, mu_dtype=jnp.int8)
+def test_integer_moment_dtypes_are_rejected(argument, factory):
+    with pytest.raises(ValueError, match=rf"{argument} must be a floating-point dtype.*got int8"):
+        factory(**_required_kwargs(factory), **{argument: jnp.int8})
 
 
 def test_integer_accumulator_dtypes_are_rejected():
@@ -125,27 +155,78 @@ def test_accumulate_one_step_is_the_inner_step():
         jax.tree.map(np.testing.assert_array_equal, u_in, u_wr)
 
 
+# A float learning rate that is not a step size to schedule: the case's factory refuses a
+# schedule (checked below, so that an entry here cannot go stale).
+NO_LEARNING_RATE_SCHEDULE = {"rprop": "learning_rate is Rprop's initial step size"}
+
+
+def _other_values(value: Any) -> list[Any]:
+    """Other values of the same kind, in order of preference (the first one that the factory
+    accepts is used): a nonzero float halved or made 1.5 times larger (a value in [0, 1) or one
+    bounded below), 0.0 made 1e-3, an int incremented, the floats of a tuple halved, a schedule
+    halved; none for anything else (flags, strings, None, transformations)."""
+    if isinstance(value, bool) or value is None:
+        return []
+    if isinstance(value, float):
+        return [value * 0.5, value * 1.5] if value != 0.0 else [1e-3]
+    if isinstance(value, int):
+        return [value + 1]
+    if isinstance(value, tuple) and any(
+        isinstance(v, float) and not isinstance(v, bool) for v in value
+    ):
+        return [tuple(v * 0.5 if isinstance(v, float) else v for v in value)]
+    if callable(value) and not isinstance(value, type | gradtx.GradientTransformation):
+        return [lambda count: 0.5 * value(count)]
+    return []
+
+
 def _numeric_variants(case: OptCase):
-    """`case.kwargs` with each float hyperparameter halved, and the learning rate as a schedule."""
-    for key, value in case.kwargs.items():
-        if isinstance(value, float) and not isinstance(value, bool):
-            yield key, {**case.kwargs, key: value * 0.5}
-    if isinstance(case.kwargs.get("learning_rate"), float):
-        lr = case.kwargs["learning_rate"]
-        yield "learning_rate=schedule", {**case.kwargs, "learning_rate": lambda t: lr / (1 + t)}
+    """`(what, [kwargs, ...])`: for each numeric hyperparameter of `case` (given in the case, or
+    a default of the factory), `case.kwargs` with it changed to each of `_other_values`; and a
+    float learning rate replaced by a schedule."""
+    defaults = {
+        name: p.default
+        for name, p in inspect.signature(case.factory).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
+    for key, value in {**defaults, **case.kwargs}.items():
+        if "mask" in key or "dimension_numbers" in key:  # a selection, not a number
+            continue
+        others = _other_values(value)
+        if others:
+            yield key, [{**case.kwargs, key: other} for other in others]
+    lr = case.kwargs.get("learning_rate", defaults.get("learning_rate"))
+    if isinstance(lr, float) and case.name not in NO_LEARNING_RATE_SCHEDULE:
+        schedule = lambda t: lr / (1 + t)
+        yield "learning_rate=schedule", [{**case.kwargs, "learning_rate": schedule}]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_state_layout_does_not_depend_on_hyperparameter_values(case):
     params = mixed_params()
     base = jax.tree.structure(jax.eval_shape(case.make().init, params))
-    for what, kwargs in _numeric_variants(case):
-        try:
-            tx = case.factory(**kwargs)
-        except ValueError:  # e.g. halving a value that must stay above a bound
-            continue
-        layout = jax.tree.structure(jax.eval_shape(tx.init, params))
-        assert layout == base, f"{case.name}: the state layout changes with {what}"
+    variants = list(_numeric_variants(case))
+    assert variants, f"{case.name}: no numeric hyperparameter to vary"
+    for what, candidates in variants:
+        errors = []
+        for kwargs in candidates:
+            try:
+                tx = case.factory(**kwargs)
+            except ValueError as error:  # e.g. halving a value bounded below: try the next one
+                errors.append(str(error))
+                continue
+            layout = jax.tree.structure(jax.eval_shape(tx.init, params))
+            assert layout == base, f"{case.name}: the state layout changes with {what}"
+            break
+        else:
+            pytest.fail(f"{case.name}: no other valid value of {what} was accepted: {errors}")
+
+
+@pytest.mark.parametrize("name", sorted(NO_LEARNING_RATE_SCHEDULE))
+def test_the_cases_without_a_learning_rate_schedule_do_refuse_one(name):
+    (case,) = [c for c in CASES if c.name == name]
+    with pytest.raises(ValueError, match=r"learning_rate .* not a schedule"):
+        case.factory(**{**case.kwargs, "learning_rate": lambda t: 0.1})
 
 
 # -- defect 6: value= through optax.chain ------------------------------------------------------

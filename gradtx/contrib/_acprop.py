@@ -11,10 +11,10 @@ from .._base._checks import alias_errors, check_in_range, check_non_negative
 from .._base._numerics import abs_sq, bias_correction, safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
-from ..state._buffers import as_stored
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
-from ..tree import assert_same_structure, map_split, zeros_like
+from ..transforms._tier import check_moment_dtype, ema, moment_buffers, read, store
+from ..tree import assert_same_structure, map_split
 
 
 class ScaleByAcpropState(NamedTuple):
@@ -22,15 +22,16 @@ class ScaleByAcpropState(NamedTuple):
 
     count: jax.Array  # type: ignore[assignment]  # int32, saturating
     mu: Updates  # EMA of g, the params' dtype
-    nu: Updates  # EMA of |g_t - m_{t-1}|^2 (+ eps_root each step), the params' dtype
+    nu: Updates  # EMA of |g_t - m_{t-1}|^2 (+ eps_root each step), nu_dtype (see below)
 
 
-def _nu_zeros(params: Any, nu_dtype: Any) -> Any:
+def _nu_buffers(params: Any, nu_dtype: Any) -> Any:
     if nu_dtype is not None:
-        return zeros_like(params, nu_dtype)
+        return moment_buffers(params, nu_dtype, signed=False)
     half = jnp.dtype(jnp.float16)
     return jax.tree.map(
-        lambda x: zeros_like(x, jnp.float32 if jnp.result_type(x) == half else None), params
+        lambda x: moment_buffers(x, jnp.float32 if jnp.result_type(x) == half else None),
+        params,
     )
 
 
@@ -63,7 +64,8 @@ def scale_by_acprop(
       eps_root: :math:`\epsilon_{root}` >= 0 added to :math:`s_t` every step.
       nu_dtype: dtype of :math:`s` (default: the params' dtype, but float32 for float16 params:
         a float16 :math:`s` underflows to 0 for small gradients, and as the denominator only
-        sees past steps, that makes the next step infinite).
+        sees past steps, that makes the next step infinite); a `gradtx.quantized()` spec
+        stores it in 8 bits.
 
     Returns:
       A `GradientTransformation` with state `ScaleByAcpropState(count, mu, nu)`.
@@ -76,10 +78,11 @@ def scale_by_acprop(
     check_in_range(who, "b2", b2, 0.0, 1.0, high_open=True)
     check_non_negative(who, "eps", eps)
     check_non_negative(who, "eps_root", eps_root)
+    check_moment_dtype(who, "nu_dtype", nu_dtype)
 
     def init(params):
         return ScaleByAcpropState(
-            count=zero_count(), mu=zeros_like(params), nu=_nu_zeros(params, nu_dtype)
+            count=zero_count(), mu=moment_buffers(params), nu=_nu_buffers(params, nu_dtype)
         )
 
     def update(updates, state, params=None, **extra_args):
@@ -90,12 +93,12 @@ def scale_by_acprop(
         c2 = bias_correction(b2, jnp.maximum(state.count, 1))
 
         def leaf(g, m, s):
-            gw, mw, sw = widen(g), widen(m), widen(s)
-            m_new = as_stored(jnp.asarray((1 - b1) * gw + b1 * mw), m)
-            s_new = as_stored(jnp.asarray((1 - b2) * abs_sq(gw - mw) + b2 * sw + eps_root), s)
-            s_hat = jnp.where(first, 1.0, sw / c2)
+            gw, s_old = widen(g), read(s)
+            m_buf = store(ema(b1, gw, m), m)
+            s_buf = store(ema(b2, abs_sq(gw - widen(m)), s_old) + eps_root, s)
+            s_hat = jnp.where(first, 1.0, widen(s_old) / c2)
             u = gw / (jnp.sqrt(s_hat) + eps)
-            return u.astype(g.dtype), m_new.astype(m.dtype), s_new.astype(s.dtype)
+            return u.astype(g.dtype), m_buf, s_buf
 
         updates, mu, nu = map_split(leaf, 3, updates, state.mu, state.nu)
         return updates, ScaleByAcpropState(count=safe_increment(state.count), mu=mu, nu=nu)

@@ -11,10 +11,19 @@ from .._base._checks import alias_errors, check_in_range, check_non_negative
 from .._base._numerics import abs_sq, bias_correction, safe_increment, value_at, widen, zero_count
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
-from ..state._buffers import as_stored
+from ..state._quantize import as_leaves
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
-from ..tree import assert_same_structure, map_split, zeros_like
+from ..transforms._tier import (
+    as_stored,
+    check_moment_dtype,
+    ema,
+    moment_buffers,
+    read,
+    stored,
+    zeros_like_params,
+)
+from ..tree import assert_same_structure, map_split
 
 
 class ScaleByAdemamixState(NamedTuple):
@@ -63,7 +72,8 @@ def scale_by_ademamix(
         {\sqrt{\nu_t / (1-\beta_2^t) + \epsilon_{root}} + \epsilon}
 
     :math:`\beta_3` and :math:`\alpha` may be schedules (the paper warms both up). All three
-    buffers use `mu_dtype`, as in Optax. Matches `optax.contrib.scale_by_ademamix`.
+    buffers use `mu_dtype`, as in Optax (a `gradtx.quantized()` spec stores them in 8 bits).
+    Matches `optax.contrib.scale_by_ademamix`.
 
     Args:
       b1: :math:`\beta_1` in [0, 1), decay of the fast EMA.
@@ -72,7 +82,8 @@ def scale_by_ademamix(
       alpha: :math:`\alpha` >= 0, weight of the slow EMA; a float or a schedule.
       eps: :math:`\epsilon` >= 0 added outside the square root.
       eps_root: :math:`\epsilon_{root}` >= 0 added inside the square root.
-      mu_dtype: dtype of the buffers (default: the params' dtype).
+      mu_dtype: dtype of the buffers (default: the params' dtype); a `gradtx.quantized()` spec
+        stores them in 8 bits.
 
     Returns:
       A `GradientTransformation` with state `ScaleByAdemamixState(count, count_m2, m1, m2, nu)`.
@@ -84,19 +95,20 @@ def scale_by_ademamix(
     _check_common(who, b1, b2, eps, eps_root)
     check_in_range(who, "b3", b3, 0.0, 1.0, high_open=True)
     check_non_negative(who, "alpha", alpha)
+    check_moment_dtype(who, "mu_dtype", mu_dtype)
 
     def init(params):
         return ScaleByAdemamixState(
             count=zero_count(),
             count_m2=zero_count(),
-            m1=zeros_like(params, mu_dtype),
-            m2=zeros_like(params, mu_dtype),
-            nu=zeros_like(params, mu_dtype),
+            m1=moment_buffers(params, mu_dtype),
+            m2=moment_buffers(params, mu_dtype),
+            nu=moment_buffers(params, mu_dtype, signed=False),
         )
 
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
-        assert_same_structure(who, updates=updates, **{"state.m1": state.m1})
+        assert_same_structure(who, updates=updates, **{"state.m1": as_leaves(state.m1)})
         beta3 = value_at(b3, state.count_m2)
         mix = value_at(alpha, state.count_m2)
         count = safe_increment(state.count)
@@ -105,16 +117,11 @@ def scale_by_ademamix(
 
         def leaf(g, m1, m2, v):
             gw = widen(g)
-            m1_new = as_stored(jnp.asarray((1 - b1) * gw + b1 * widen(m1)), m1)
-            m2_new = as_stored((1 - beta3) * gw + beta3 * widen(m2), m2)
-            v_new = as_stored(jnp.asarray((1 - b2) * abs_sq(gw) + b2 * widen(v)), v)
+            m1_buf, m1_new = stored(ema(b1, gw, read(m1)), m1)
+            m2_buf, m2_new = stored(ema(beta3, gw, read(m2)), m2)
+            v_buf, v_new = stored(ema(b2, abs_sq(gw), read(v)), v)
             u = (m1_new / c1 + mix * m2_new) / (jnp.sqrt(v_new / c2 + eps_root) + eps)
-            return (
-                u.astype(g.dtype),
-                m1_new.astype(m1.dtype),
-                m2_new.astype(m2.dtype),
-                v_new.astype(v.dtype),
-            )
+            return u.astype(g.dtype), m1_buf, m2_buf, v_buf
 
         updates, m1, m2, nu = map_split(leaf, 4, updates, state.m1, state.m2, state.nu)
         new_state = ScaleByAdemamixState(
@@ -158,7 +165,8 @@ def ademamix(
       alpha: :math:`\alpha` >= 0, weight of the slow EMA (float or schedule).
       eps: :math:`\epsilon` >= 0 added outside the square root.
       eps_root: :math:`\epsilon_{root}` >= 0 added inside the square root.
-      mu_dtype: dtype of the buffers (default: the params' dtype).
+      mu_dtype: dtype of the buffers (default: the params' dtype); a `gradtx.quantized()` spec
+        stores them in 8 bits.
       weight_decay: :math:`\lambda` >= 0, decoupled weight decay (scaled by the learning rate).
       mask: which parameters decay (a boolean tree, a callable or glob patterns); None: all.
 
@@ -218,7 +226,7 @@ def scale_by_simplified_ademamix(
 
     def init(params):
         return ScaleBySimplifiedAdEMAMixState(
-            t=zero_count(), m=zeros_like(params), n=zeros_like(params)
+            t=zero_count(), m=zeros_like_params(params), n=zeros_like_params(params)
         )
 
     def update(updates, state, params=None, **extra_args):

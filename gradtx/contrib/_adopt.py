@@ -12,9 +12,17 @@ from .._base._checks import alias_errors, check_in_range, check_non_negative
 from .._base._numerics import abs_sq, safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
-from ..state._buffers import as_stored
+from ..state._quantize import as_leaves
 from ..transforms._scaling import scale_by_learning_rate
-from ..tree import assert_same_structure, map_split, zeros_like
+from ..transforms._tier import (
+    check_moment_dtype,
+    ema,
+    moment_buffers,
+    read,
+    store,
+    zeros_like_params,
+)
+from ..tree import assert_same_structure, map_split
 
 
 class ScaleByAdoptState(NamedTuple):
@@ -57,7 +65,8 @@ def scale_by_adopt(
       b1: :math:`\beta_1` in [0, 1), decay of the momentum.
       b2: :math:`\beta_2` in [0, 1), decay of the second moment.
       eps: :math:`\epsilon` >= 0, floor of :math:`\sqrt{v}`.
-      mu_dtype: dtype of the momentum buffer (default: the params' dtype).
+      mu_dtype: dtype of the momentum buffer (default: the params' dtype), or a
+        `gradtx.quantized()` spec for 8-bit storage.
       nesterov: use the Nesterov form of the momentum.
       use_clipping: clip the normalised gradient to :math:`\pm c(t-1)`.
       clip_value_fn: :math:`c`, the clipping bound as a function of the step count (0 at the
@@ -73,31 +82,32 @@ def scale_by_adopt(
     check_in_range(who, "b1", b1, 0.0, 1.0, high_open=True)
     check_in_range(who, "b2", b2, 0.0, 1.0, high_open=True)
     check_non_negative(who, "eps", eps)
+    check_moment_dtype(who, "mu_dtype", mu_dtype)
     if use_clipping and not callable(clip_value_fn):
         raise TypeError(f"{who}: clip_value_fn must be callable, got {clip_value_fn!r}")
 
     def init(params):
         return ScaleByAdoptState(
-            count=zero_count(), mu=zeros_like(params, mu_dtype), nu=zeros_like(params)
+            count=zero_count(), mu=moment_buffers(params, mu_dtype), nu=zeros_like_params(params)
         )
 
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
-        assert_same_structure(who, updates=updates, **{"state.mu": state.mu})
+        assert_same_structure(who, updates=updates, **{"state.mu": as_leaves(state.mu)})
         started = state.count > 0
         d1 = jnp.where(started, jnp.asarray(b1, jnp.float32), 1.0)
         d2 = jnp.where(started, jnp.asarray(b2, jnp.float32), 0.0)
         bound = jnp.asarray(clip_value_fn(state.count), jnp.float32) if use_clipping else None
 
         def leaf(g, m, v):
-            gw, vw = widen(g), widen(v)
-            v_new = as_stored(d2 * vw + (1 - d2) * abs_sq(gw), v)
-            g_hat = gw / jnp.maximum(jnp.sqrt(vw), eps)
+            gw = widen(g)
+            v_buf = store(ema(d2, abs_sq(gw), v), v)
+            g_hat = gw / jnp.maximum(jnp.sqrt(widen(v)), eps)
             if bound is not None:
                 g_hat = jnp.clip(g_hat, -bound, bound)
-            m_new = d1 * widen(m) + (1 - d1) * g_hat
-            u = d1 * m_new + (1 - d1) * g_hat if nesterov else m_new
-            return u.astype(g.dtype), m_new.astype(m.dtype), v_new.astype(v.dtype)
+            m_new = ema(d1, g_hat, read(m))  # the update reads it unrounded, as Optax's
+            u = ema(d1, g_hat, m_new) if nesterov else m_new
+            return u.astype(g.dtype), store(m_new, m), v_buf
 
         updates, mu, nu = map_split(leaf, 3, updates, state.mu, state.nu)
         return updates, ScaleByAdoptState(count=safe_increment(state.count), mu=mu, nu=nu)
@@ -130,7 +140,8 @@ def adopt(
       b1: :math:`\beta_1` in [0, 1).
       b2: :math:`\beta_2` in [0, 1).
       eps: :math:`\epsilon` >= 0.
-      mu_dtype: dtype of the momentum buffer (default: the params' dtype).
+      mu_dtype: dtype of the momentum buffer (default: the params' dtype), or a
+        `gradtx.quantized()` spec for 8-bit storage.
       nesterov: use the Nesterov form of the momentum.
       use_clipping: clip the normalised gradient (recommended when training from scratch).
       clip_value_fn: the clipping bound as a function of the step count (default

@@ -12,8 +12,8 @@ from .._base._typing import ArrayLike, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain, require_params
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
+from ..transforms._tier import copy_params
 from ..tree import assert_same_structure, full_like, map_split, zeros_like
-from ._dog import snapshot
 
 
 class COCOBState(NamedTuple):
@@ -58,7 +58,7 @@ def scale_by_cocob(alpha: ArrayLike = 100.0, eps: ArrayLike = 1e-8) -> GradientT
 
     def init(params):
         return COCOBState(
-            init_particles=snapshot(params),
+            init_particles=copy_params(params),
             cumulative_gradients=zeros_like(params),
             scale=full_like(params, eps),
             subgradients=zeros_like(params),

@@ -10,11 +10,11 @@ import jax.numpy as jnp
 
 from .. import tree as gtree
 from .._base._checks import alias_errors, check_non_negative, check_positive
-from .._base._numerics import safe_increment, value_at, widen, zero_count
+from .._base._numerics import widen
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
-from ..core._transformation import GradientTransformation, require_params
-from ._dog import scalar_dtype
-from ._prodigy import _adam_correction, check_betas, safe_estimate
+from ..core._transformation import GradientTransformation
+from ..transforms._tier import safe_ratio
+from ._prodigy import adamw_updates, check_betas, d_adapted_fields, d_adapted_step
 
 
 class DAdaptAdamWState(NamedTuple):
@@ -91,25 +91,14 @@ def dadapt_adamw(
     check_non_negative(who, "weight_decay", weight_decay)
 
     def init(params):
-        dtype = scalar_dtype(params)
-        return DAdaptAdamWState(
-            exp_avg=gtree.zeros_like(params),
-            exp_avg_sq=gtree.zeros_like(params),
-            grad_sum=gtree.zeros_like(params),
-            estim_lr=jnp.asarray(estim_lr0, dtype),
-            numerator_weighted=jnp.zeros([], dtype),
-            count=zero_count(),
-        )
+        return DAdaptAdamWState(**d_adapted_fields(params, estim_lr0))
 
     def update(updates, state, params=None, **extra_args):
         del extra_args
-        params = require_params(who, params)
-        gtree.assert_same_structure(who, updates=updates, params=params)
-        dtype = state.estim_lr.dtype
+        params, dtype, count, dlr = d_adapted_step(
+            who, learning_rate, beta1, beta2, updates, state, params
+        )
         sb2 = beta2**0.5
-        count = safe_increment(state.count)
-        sched = value_at(learning_rate, state.count)
-        dlr = (state.estim_lr * sched * _adam_correction(beta1, beta2, count)).astype(dtype)
 
         s_weighted = jax.tree.map(
             lambda s, v: widen(s) / (jnp.sqrt(widen(v)) + eps), state.grad_sum, state.exp_avg_sq
@@ -118,9 +107,11 @@ def dadapt_adamw(
 
         def moments(g, m, v, s):
             g32 = widen(g)
-            m_new = beta1 * widen(m) + (1 - beta1) * dlr * g32
-            v_new = beta2 * widen(v) + (1 - beta2) * g32 * g32
-            s_new = sb2 * widen(s) + (1 - sb2) * dlr * g32
+            # Optax's order: (1 - beta) * dlr rounds before it scales the gradient (not the
+            # tier's ema of dlr * g); D-Adaptation's estimate amplifies that last bit.
+            m_new = beta1 * m + (1 - beta1) * dlr * g32
+            v_new = beta2 * v + (1 - beta2) * g32 * g32
+            s_new = sb2 * s + (1 - sb2) * dlr * g32
             return m_new.astype(m.dtype), v_new.astype(v.dtype), s_new.astype(s.dtype)
 
         exp_avg, exp_avg_sq, grad_sum = gtree.map_split(
@@ -128,14 +119,12 @@ def dadapt_adamw(
         )
         grad_sum_l1 = jnp.asarray(gtree.norm(grad_sum, ord=1), dtype)
         numerator = sb2 * state.numerator_weighted + (1 - sb2) * dlr * numerator_acum
-        estimate = safe_estimate(numerator, (1 - sb2) * grad_sum_l1)
+        estimate = safe_ratio(numerator, (1 - sb2) * grad_sum_l1)
         new_d = jnp.maximum(state.estim_lr, estimate).astype(dtype)
 
-        def step(g, m, v, p):
-            u = -(weight_decay * dlr) * widen(p) - widen(m) / (jnp.sqrt(widen(v)) + eps)
-            return u.astype(g.dtype)
-
-        new_updates = jax.tree.map(step, updates, exp_avg, exp_avg_sq, params)
+        new_updates = adamw_updates(
+            updates, exp_avg, exp_avg_sq, params, step_size=1.0, decay=weight_decay * dlr, eps=eps
+        )
         new_state = DAdaptAdamWState(
             exp_avg=exp_avg,
             exp_avg_sq=exp_avg_sq,

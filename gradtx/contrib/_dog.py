@@ -1,9 +1,4 @@
-"""Distance over gradients: DoG and DoWG, parameter-free step sizes from the distance travelled.
-
-Also home of the helpers the parameter-free methods of `gradtx.contrib` share: a snapshot of the
-initial point (DoG, Prodigy, Mechanic, COCOB and schedule-free all keep one) and the dtype of
-their scalar statistics.
-"""
+"""Distance over gradients: DoG and DoWG, parameter-free step sizes from the distance travelled."""
 
 from __future__ import annotations
 
@@ -14,33 +9,12 @@ import jax.numpy as jnp
 
 from .. import tree as gtree
 from .._base._checks import alias_errors, check_non_negative, check_one_of, check_positive
-from .._base._numerics import wide_float, widen
+from .._base._numerics import widen
 from .._base._typing import ArrayLike, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain, identity, require_params
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
-
-# --------------------------------------------------------------------------------------------
-# Shared by the parameter-free methods of gradtx.contrib
-# --------------------------------------------------------------------------------------------
-
-
-def _copy_leaf(x: Any, dtype: Any) -> jax.Array:
-    if isinstance(x, jax.ShapeDtypeStruct):  # shapes only (abstract init): no values to copy
-        return jnp.zeros(x.shape, dtype or x.dtype, device=getattr(x, "sharding", None))
-    x = jnp.asarray(x)
-    return jnp.array(x, dtype=dtype or x.dtype, copy=True)
-
-
-def snapshot(params: Params, dtype: Any = None) -> Params:
-    """A copy of `params` (in `dtype`, default each leaf's own) that shares no buffer with them,
-    so that both can be donated to a jitted step. `jax.ShapeDtypeStruct` leaves give zeros."""
-    return jax.tree.map(lambda x: _copy_leaf(x, dtype), params)
-
-
-def scalar_dtype(params: Params) -> jnp.dtype:
-    """The dtype of a method's scalar statistics: float32, or float64 for float64 params."""
-    return wide_float(*(x.dtype for x in jax.tree.leaves(params)))
+from ..transforms._tier import copy_params, scalar_dtype
 
 
 def _scaled(factor: jax.Array, updates: Updates) -> Updates:
@@ -118,7 +92,7 @@ def scale_by_dog(init_step: tuple[str, ArrayLike], eps: ArrayLike = 1e-8) -> Gra
             r_eps = jnp.zeros([], dtype)
         return DoGState(
             is_init_step=jnp.asarray(True),
-            init_params=snapshot(params),
+            init_params=copy_params(params),
             max_dist=r_eps,
             sum_sq_norm_grads=jnp.zeros([], dtype),
         )
@@ -243,7 +217,7 @@ def scale_by_dowg(
     def init(params):
         dtype = scalar_dtype(params)
         return DoWGState(
-            init_params=snapshot(params),
+            init_params=copy_params(params),
             weighted_sq_norm_grads=jnp.zeros([], dtype),
             estim_sq_dist=jnp.asarray(r0, dtype),
         )

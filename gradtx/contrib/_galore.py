@@ -17,6 +17,7 @@ from ..core._transformation import GradientTransformation, chain
 from ..transforms._adam import scale_by_adam
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
+from ._dimension_numbers import is_dimension_numbers, matrix_axes, per_leaf_dimension_numbers
 
 
 class GaLoreDimensionNumbers(NamedTuple):
@@ -65,32 +66,10 @@ def _ndim(x: Any) -> int:
     return len(x.shape) if hasattr(x, "shape") else 0
 
 
-def _axes(who: str, spec: Any, ndim: int, shape: tuple) -> tuple[tuple[int, ...], ...]:
-    def norm(axes: Any) -> tuple[int, ...]:
-        axes = (axes,) if isinstance(axes, int) else tuple(axes)
-        bad = [a for a in axes if not -ndim <= a < ndim]
-        if bad:
-            raise ValueError(f"{who}: axis {bad[0]} is out of range for a leaf of shape {shape}")
-        return tuple(a % ndim for a in axes)
-
-    reduction, output = norm(spec.reduction_axis), norm(spec.output_axis)
-    if set(reduction) & set(output):
-        raise ValueError(
-            f"{who}: reduction axes {reduction} and output axes {output} must be disjoint "
-            f"(got {spec} for a leaf of shape {shape})"
-        )
-    if len(set(reduction) | set(output)) != ndim or len(reduction) + len(output) != ndim:
-        raise ValueError(
-            f"{who}: every axis of a leaf of shape {shape} must be a reduction or an output "
-            f"axis, exactly once (got {spec})"
-        )
-    return reduction, output
-
-
 def _matrix(who: str, x: Any, spec: Any, rank: int) -> _Matrix | None:
     if spec is None:
         return None
-    if not isinstance(spec, GaLoreDimensionNumbers):
+    if not is_dimension_numbers(spec):
         raise TypeError(
             f"{who}: weight_dimension_numbers must give a GaLoreDimensionNumbers or None per "
             f"leaf, got {spec!r}"
@@ -98,7 +77,12 @@ def _matrix(who: str, x: Any, spec: Any, rank: int) -> _Matrix | None:
     shape = tuple(getattr(x, "shape", ()))
     if len(shape) < 2:
         raise ValueError(f"{who}: GaLore projects leaves of rank >= 2, got shape {shape}")
-    reduction, output = _axes(who, spec, len(shape), shape)
+    batch, reduction, output = matrix_axes(who, shape, spec)
+    if batch or len(set(reduction)) != len(reduction) or len(set(output)) != len(output):
+        raise ValueError(
+            f"{who}: every axis of a leaf of shape {shape} must be a reduction or an output "
+            f"axis, exactly once (got {spec})"
+        )
     m = math.prod(shape[a] for a in reduction)
     n = math.prod(shape[a] for a in output)
     return _Matrix(
@@ -165,17 +149,10 @@ def scale_by_galore(
         leaves, treedef = jax.tree.flatten(tree)
         if dims is None:
             specs = [GaLoreDimensionNumbers() if _ndim(x) == 2 else None for x in leaves]
-        elif isinstance(dims, GaLoreDimensionNumbers):
+        elif is_dimension_numbers(dims):
             specs = [dims if _ndim(x) >= 2 else None for x in leaves]
         else:
-            spec_tree = dims(tree) if callable(dims) else dims
-            try:
-                specs = treedef.flatten_up_to(spec_tree)
-            except (ValueError, TypeError) as e:
-                raise ValueError(
-                    f"{who}: weight_dimension_numbers must have the structure of the params "
-                    f"(a GaLoreDimensionNumbers or None per leaf): {e}"
-                ) from e
+            specs = per_leaf_dimension_numbers(who, dims, tree)
         mats = [_matrix(who, x, s, rank) for x, s in zip(leaves, specs, strict=True)]
         return leaves, mats, treedef
 

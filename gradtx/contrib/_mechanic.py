@@ -12,7 +12,7 @@ from .._base._checks import check_int, check_non_negative, check_positive
 from .._base._numerics import safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, OptState, Params
 from ..core._transformation import GradientTransformation, forward_extra_args, require_params
-from ._dog import scalar_dtype, snapshot
+from ..transforms._tier import copy_params, scalar_dtype
 from ._schedule_free import check_transformation
 
 
@@ -99,7 +99,7 @@ def mechanize(
             m=jnp.zeros([num_betas], dtype),
             v=jnp.zeros([num_betas], dtype),
             s=jnp.full([num_betas], s_init, dtype),
-            x0=snapshot(params),
+            x0=copy_params(params),
         )
 
     def update(updates, state, params=None, **extra_args):

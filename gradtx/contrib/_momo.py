@@ -12,10 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._base._checks import check_in_range, check_non_negative, check_scalar, concrete
-from .._base._numerics import abs_sq, safe_increment, value_at, wide_float, widen, zero_count
+from .._base._numerics import abs_sq, safe_increment, value_at, widen, zero_count
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, require_params
-from ..tree import assert_same_structure, map_split, norm, vdot, zeros_like
+from ..transforms._tier import ema, loss_value_in, scalar_dtype, zeros_like_params
+from ..tree import assert_same_structure, map_split, norm, vdot
 
 # Optax's "no step" threshold on the squared norm of the momentum: float64's epsilon.
 _TINY = float(np.finfo(np.float64).eps)
@@ -40,19 +41,6 @@ class MomoAdamState(NamedTuple):
     gamma: jax.Array  # EMA of <g, w> (same dtype as barf)
     lb: jax.Array  # the current lower bound of the loss (same dtype as barf)
     count: jax.Array  # type: ignore[assignment]  # int32, saturating
-
-
-def _scalar_dtype(params: Any) -> Any:
-    return wide_float(*(jnp.result_type(x) for x in jax.tree.leaves(params)))
-
-
-def _loss_value(who: str, value: Any, dtype: Any) -> jax.Array:
-    if value is None:
-        raise ValueError(
-            f"{who} needs the current loss: call update(grads, state, params, value=loss) "
-            "(e.g. from jax.value_and_grad)"
-        )
-    return jnp.asarray(value).astype(dtype)
 
 
 def _check_common(who: str, learning_rate: Any, lower_bound: Any, weight_decay: Any) -> None:
@@ -123,29 +111,26 @@ def momo(
     check_in_range(who, "beta", beta, 0.0, 1.0, high_open=True)
 
     def init(params):
-        dtype = _scalar_dtype(params)
+        dtype = scalar_dtype(params)
         return MomoState(
-            exp_avg=zeros_like(params),
+            exp_avg=zeros_like_params(params),
             barf=jnp.zeros([], dtype),
             gamma=jnp.zeros([], dtype),
             lb=jnp.array(lower_bound, dtype),
             count=zero_count(),
         )
 
-    def update(updates, state, params=None, *, value=None, **extra_args):
-        del extra_args
+    def update(updates, state, params=None, **extra_args):
         params = require_params(who, params)
         assert_same_structure(who, updates=updates, params=params)
         dtype = state.barf.dtype
-        f = _loss_value(who, value, dtype)
+        f = loss_value_in(who, extra_args, dtype)
         bt = jnp.where(state.count == 0, 0.0, jnp.asarray(beta, dtype))
-        barf = bt * state.barf + (1 - bt) * f
+        barf = ema(bt, f, state.barf)
         exp_avg = jax.tree.map(
-            lambda d, g: (bt * widen(d) + (1 - bt) * widen(g)).astype(d.dtype),
-            state.exp_avg,
-            updates,
+            lambda d, g: ema(bt, widen(g), d).astype(d.dtype), state.exp_avg, updates
         )
-        gamma = bt * state.gamma + (1 - bt) * vdot(updates, params).astype(dtype)
+        gamma = ema(bt, vdot(updates, params).astype(dtype), state.gamma)
         d_norm = norm(exp_avg, squared=True).astype(dtype)
         iprod = vdot(exp_avg, params).astype(dtype)
         alpha = jnp.asarray(value_at(learning_rate, state.count), dtype)
@@ -230,39 +215,38 @@ def momo_adam(
     check_non_negative(who, "eps", eps)
 
     def init(params):
-        dtype = _scalar_dtype(params)
+        dtype = scalar_dtype(params)
         return MomoAdamState(
-            exp_avg=zeros_like(params),
-            exp_avg_sq=zeros_like(params),
+            exp_avg=zeros_like_params(params),
+            exp_avg_sq=zeros_like_params(params),
             barf=jnp.zeros([], dtype),
             gamma=jnp.zeros([], dtype),
             lb=jnp.array(lower_bound, dtype),
             count=zero_count(),
         )
 
-    def update(updates, state, params=None, *, value=None, **extra_args):
-        del extra_args
+    def update(updates, state, params=None, **extra_args):
         params = require_params(who, params)
         assert_same_structure(who, updates=updates, params=params)
         dtype = state.barf.dtype
-        f = _loss_value(who, value, dtype)
+        f = loss_value_in(who, extra_args, dtype)
         count = safe_increment(state.count)
         # As Optax: a float base to an integer power (rounds unlike bias_correction's float power).
         bc1 = jnp.asarray(1 - b1**count, dtype)
         bc2 = jnp.asarray(1 - b2**count, dtype)
-        barf = b1 * state.barf + (1 - b1) * f
+        barf = ema(b1, f, state.barf)
 
         def leaf(g, m, v):
             gw = widen(g)
-            m_new = (b1 * widen(m) + (1 - b1) * gw).astype(m.dtype)
-            v_new = (b2 * widen(v) + (1 - b2) * abs_sq(gw)).astype(v.dtype)
+            m_new = ema(b1, gw, m).astype(m.dtype)
+            v_new = ema(b2, abs_sq(gw), v).astype(v.dtype)
             precond = eps + jnp.sqrt(widen(v_new) / bc2)
             return m_new, v_new, precond
 
         exp_avg, exp_avg_sq, precond = map_split(leaf, 3, updates, state.exp_avg, state.exp_avg_sq)
         weighted = jax.tree.map(lambda m, p: widen(m) / p, exp_avg, precond)
         d_norm = vdot(exp_avg, weighted).astype(dtype)
-        gamma = b1 * state.gamma + (1 - b1) * vdot(updates, params).astype(dtype)
+        gamma = ema(b1, vdot(updates, params).astype(dtype), state.gamma)
         iprod = vdot(exp_avg, params).astype(dtype)
         alpha = jnp.asarray(value_at(learning_rate, state.count), dtype)
         decay = 1 + alpha * weight_decay

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -21,12 +21,13 @@ from .._base._checks import (
 )
 from .._base._numerics import bias_correction, safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, Params, ScalarOrSchedule, Updates
-from ..core._transformation import EmptyState, GradientTransformation, chain
+from ..core._transformation import GradientTransformation, chain
 from ..optimizers._adam import adamw
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
-from ..tree import zeros_like
+from ..transforms._tier import check_moment_dtype, ema, moment_buffers, read, stateless, store
 from ..wrappers._partition import multi_transform
+from ._dimension_numbers import matrix_axes, per_leaf_dimension_numbers
 
 _PRECONDITIONINGS = ("frobenius", "spectral", "aol", "schatten")
 _DEFAULT_NS_COEFFS = (3.4445, -4.7750, 2.0315)
@@ -65,79 +66,20 @@ class MuonState(NamedTuple):
     mu: Updates  # momentum, dtype mu_dtype or the params'
 
 
-# --------------------------------------------------------------------------------------------
-# Dimension numbers: per leaf, and the matrix view of a leaf
-# --------------------------------------------------------------------------------------------
-
-
-class _Spec:
-    """A leaf wrapper, so that a `MuonDimensionNumbers` (a tuple) or None survives a tree map."""
-
-    def __init__(self, value: MuonDimensionNumbers | None):
-        self.value = value
-
-
-def _is_dimension_numbers(x: Any) -> bool:
-    # ours, or any tuple with the same fields (e.g. `optax.contrib.MuonDimensionNumbers`)
-    return isinstance(x, MuonDimensionNumbers) or (
-        isinstance(x, tuple) and getattr(x, "_fields", None) == MuonDimensionNumbers._fields
-    )
-
-
-def _is_spec_leaf(x: Any) -> bool:
-    return x is None or _is_dimension_numbers(x)
-
-
-def per_leaf_dimension_numbers(
-    who: str, spec: DimensionNumbersOrFn, tree: Any
-) -> list[MuonDimensionNumbers | None]:
-    """The dimension numbers of each leaf of `tree` (in flattening order) from `spec`: one
-    `MuonDimensionNumbers` for all, a tree (or prefix) of them and Nones, or a callable of `tree`
-    returning one of those. Optax's `MuonDimensionNumbers` are accepted too."""
-    if callable(spec) and not _is_dimension_numbers(spec):
-        spec = spec(tree)
-    n = len(jax.tree.leaves(tree))
-    if _is_spec_leaf(spec):
-        return [cast(MuonDimensionNumbers | None, spec)] * n
-    try:
-        spread = jax.tree.map(
-            lambda d, sub: jax.tree.map(lambda _: _Spec(d), sub), spec, tree, is_leaf=_is_spec_leaf
-        )
-    except ValueError as e:
-        raise ValueError(
-            f"{who}: the weight dimension numbers must have the params' tree structure or be a "
-            f"prefix of it ({e})"
-        ) from None
-    return [s.value for s in jax.tree.leaves(spread)]
-
-
-def _axes(ndim: int, axes: Sequence[int] | int) -> tuple[int, ...]:
-    axes = (axes,) if isinstance(axes, int | np.integer) else tuple(axes)
-    return tuple(int(a) % ndim for a in axes)
-
-
 def _matrix_axes(
     who: str, shape: tuple[int, ...], dims: MuonDimensionNumbers | None
 ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    """(batch, reduction, output) axes of a leaf of `shape`."""
-    ndim = len(shape)
+    """(batch, reduction, output) axes of a leaf of `shape` (None: a plain matrix)."""
     if dims is None:
-        if ndim != 2:
+        if len(shape) != 2:
             raise ValueError(
                 f"{who}: a parameter of shape {shape} is not a matrix; give it "
                 "MuonDimensionNumbers (weight_dimension_numbers) or leave it out of Muon"
             )
         dims = MuonDimensionNumbers()
-    if ndim < 2:
+    if len(shape) < 2:
         raise ValueError(f"{who}: Muon needs parameters of rank >= 2, got shape {shape}")
-    red, out = _axes(ndim, dims.reduction_axis), _axes(ndim, dims.output_axis)
-    if set(red) & set(out) or not red or not out:
-        raise ValueError(
-            f"{who}: reduction and output axes must be non-empty and disjoint, got {dims} for "
-            f"shape {shape}"
-        )
-    batch = tuple(a for a in range(ndim) if a not in red and a not in out)
-    return batch, red, out
+    return matrix_axes(who, shape, dims)
 
 
 def _fans(who: str, shape: tuple[int, ...], dims: MuonDimensionNumbers | None) -> tuple[int, int]:
@@ -270,7 +212,8 @@ def scale_by_muon(
       ns_steps: number of iterations (>= 1).
       beta: :math:`\beta` in [0, 1), the momentum decay.
       eps: >= 0, added to the normalising norm.
-      mu_dtype: dtype of the momentum (default: the params' dtype).
+      mu_dtype: dtype of the momentum (default: the params' dtype), or a
+        `gradtx.quantized()` spec for 8-bit storage.
       nesterov: use Nesterov momentum.
       adaptive: scale by the dual norm (Bernstein & Newhouse, 2024).
       preconditioning: how to normalise before iterating: "frobenius" (default), "spectral"
@@ -297,8 +240,10 @@ def scale_by_muon(
     check_non_negative(who, "eps", eps)
     check_one_of(who, "preconditioning", preconditioning, _PRECONDITIONINGS)
 
+    check_moment_dtype(who, "mu_dtype", mu_dtype)
+
     def init(params):
-        return MuonState(count=zero_count(), mu=zeros_like(params, mu_dtype))
+        return MuonState(count=zero_count(), mu=moment_buffers(params, mu_dtype))
 
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
@@ -311,7 +256,7 @@ def scale_by_muon(
         new_updates, new_mu = [], []
         for g, m, d in zip(leaves, mus, dims, strict=True):
             g32 = widen(g)
-            m32: Any = (1 - beta) * g32 + beta * widen(m)
+            m32: Any = widen(ema(beta, g32, read(m)))
             if nesterov:
                 m_hat = beta * (m32 / corr_next) + (1 - beta) * (g32 / corr)
             else:
@@ -320,7 +265,7 @@ def scale_by_muon(
             if adaptive:
                 u = jnp.sum(jnp.conj(m_hat) * u) * u
             new_updates.append(u.astype(g.dtype))
-            new_mu.append(m32.astype(m.dtype))
+            new_mu.append(store(m32, m))
         return treedef.unflatten(new_updates), MuonState(count=count, mu=treedef.unflatten(new_mu))
 
     return GradientTransformation(init, update)
@@ -355,12 +300,8 @@ def scale_by_shape(
     who = "scale_by_shape"
     check_non_negative(who, "consistent_rms", consistent_rms)
 
-    def init(params):
+    def scaled(updates, params):
         del params
-        return EmptyState()
-
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
         leaves, treedef = jax.tree.flatten(updates)
         dims = per_leaf_dimension_numbers(who, weight_dimension_numbers, updates)
         out = []
@@ -371,9 +312,9 @@ def scale_by_shape(
             else:
                 factor = math.sqrt(max(fan_in, fan_out)) * consistent_rms
             out.append((factor * widen(g)).astype(g.dtype))
-        return treedef.unflatten(out), state
+        return treedef.unflatten(out)
 
-    return GradientTransformation(init, update)
+    return stateless(scaled)
 
 
 # --------------------------------------------------------------------------------------------
@@ -431,7 +372,8 @@ def muon(
       eps: >= 0, the normalisation's and AdamW's epsilon.
       weight_decay: :math:`\lambda` >= 0 of the matrices, multiplied by the learning rate.
       weight_decay_mask: which matrices decay (boolean tree or prefix, callable, or patterns).
-      mu_dtype: dtype of the momenta (Muon's and AdamW's first moment).
+      mu_dtype: dtype of the momenta (Muon's and AdamW's first moment); a `gradtx.quantized()` spec
+        stores them in 8 bits.
       nesterov: Nesterov momentum (for Muon and for AdamW).
       adaptive: scale by the dual norm (see `scale_by_muon`).
       preconditioning: "frobenius", "spectral", "aol" or "schatten" (see `scale_by_muon`).

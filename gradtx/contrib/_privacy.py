@@ -12,6 +12,7 @@ from .._base._numerics import key_data, widen
 from .._base._typing import ArrayLike, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, chain, identity
 from ..transforms._momentum import trace
+from ..transforms._per_example import per_example_global_norm_clip
 from ..transforms._scaling import scale_by_learning_rate
 
 
@@ -77,21 +78,16 @@ def differentially_private_aggregate(
         leaves, treedef = jax.tree.flatten(updates)
         if not leaves:
             return updates, state
-        batch = jnp.shape(leaves[0])[0] if jnp.ndim(leaves[0]) >= 1 else None
-        if batch is None or any(jnp.ndim(g) < 1 or jnp.shape(g)[0] != batch for g in leaves):
-            shapes = [tuple(jnp.shape(g)) for g in leaves]
-            raise ValueError(
-                f"{who}: expects per-example gradients, every leaf with the same batch size on "
-                f"axis 0; got leaves of shapes {shapes}"
-            )
-        wide = [widen(g) for g in leaves]
-        sq = sum(jnp.sum(jnp.square(g).reshape(batch, -1), axis=1) for g in wide)
-        multipliers = jnp.nan_to_num(jnp.minimum(l2_norm_clip / jnp.sqrt(sq), 1.0), nan=1.0)
+        try:
+            clipped, _ = per_example_global_norm_clip(updates, l2_norm_clip)
+        except ValueError as error:
+            raise ValueError(f"{who} expects per-example gradients: {error}") from None
+        batch = jnp.shape(leaves[0])[0]
         new_key, *keys = jax.random.split(jax.random.wrap_key_data(state.rng_key), len(leaves) + 1)
         std = jnp.asarray(l2_norm_clip, jnp.float32) * noise_multiplier
         out = []
-        for g, gw, k in zip(leaves, wide, keys, strict=True):
-            total = jnp.tensordot(multipliers.astype(gw.dtype), gw, axes=1)
+        for g, total, k in zip(leaves, treedef.flatten_up_to(clipped), keys, strict=True):
+            total = widen(total)
             noise = jax.random.normal(k, total.shape, total.dtype)
             out.append(((total + std * noise) / batch).astype(g.dtype))
         new_state = DifferentiallyPrivateAggregateState(rng_key=jax.random.key_data(new_key))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +12,14 @@ from .._base._checks import alias_errors, check_in_range, check_non_negative, ch
 from .._base._numerics import safe_increment, value_at, widen, zero_count
 from .._base._typing import ArrayLike, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, require_params
-from ._dog import scalar_dtype, snapshot
+from ..transforms._tier import (
+    adam_step_size,
+    copy_params,
+    ema,
+    safe_ratio,
+    scalar_dtype,
+    zeros_like_params,
+)
 
 
 class ProdigyState(NamedTuple):
@@ -27,24 +34,6 @@ class ProdigyState(NamedTuple):
     count: jax.Array  # type: ignore[assignment]  # int32, saturating
 
 
-def safe_estimate(numerator: ArrayLike, denominator: ArrayLike) -> jax.Array:
-    """`numerator / denominator`, or 0 where the denominator is 0 (no gradient seen yet).
-
-    Optax divides unconditionally: a first step whose gradients are all zero makes the estimate
-    0 / 0 = NaN, and every later update NaN. Shared with `dadapt_adamw`.
-    """
-    numerator, denominator = jnp.asarray(numerator), jnp.asarray(denominator)
-    positive = denominator > 0
-    return jnp.where(positive, numerator / jnp.where(positive, denominator, 1.0), 0.0)
-
-
-def _adam_correction(beta1: ArrayLike, beta2: ArrayLike, count: jax.Array) -> jax.Array:
-    t = jnp.asarray(count, jnp.float32)
-    return jnp.sqrt(1.0 - jnp.asarray(beta2, jnp.float32) ** t) / (
-        1.0 - jnp.asarray(beta1, jnp.float32) ** t
-    )
-
-
 def check_betas(who: str, betas: tuple[ArrayLike, ArrayLike]) -> tuple[ArrayLike, ArrayLike]:
     """`betas` as a pair (b1, b2), each in [0, 1)."""
     if not (isinstance(betas, tuple | list) and len(betas) == 2):
@@ -52,6 +41,63 @@ def check_betas(who: str, betas: tuple[ArrayLike, ArrayLike]) -> tuple[ArrayLike
     check_in_range(who, "betas[0]", betas[0], 0.0, 1.0, high_open=True)
     check_in_range(who, "betas[1]", betas[1], 0.0, 1.0, high_open=True)
     return betas[0], betas[1]
+
+
+def d_adapted_fields(params: Params, estim_lr0: ArrayLike) -> dict[str, Any]:
+    """The fields that the states of the D-estimating AdamWs share, fresh: zero moments and
+    gradient sum like the params, :math:`d_0` and a zero numerator in the scalar dtype, and a
+    zero count."""
+    dtype = scalar_dtype(params)
+    return {
+        "exp_avg": zeros_like_params(params),
+        "exp_avg_sq": zeros_like_params(params),
+        "grad_sum": zeros_like_params(params),
+        "estim_lr": jnp.asarray(estim_lr0, dtype),
+        "numerator_weighted": jnp.zeros([], dtype),
+        "count": zero_count(),
+    }
+
+
+def d_adapted_step(
+    who: str,
+    learning_rate: ScalarOrSchedule,
+    beta1: ArrayLike,
+    beta2: ArrayLike,
+    updates: Updates,
+    state: Any,
+    params: Params | None,
+) -> tuple[Params, Any, jax.Array, jax.Array]:
+    r"""The common start of an update of the D-estimating AdamWs (Prodigy, D-Adaptation):
+    `(params, dtype, count, dlr)`, the params (required, with the updates' structure), the dtype
+    of the scalar statistics, the new count and the step size
+    :math:`\hat\eta_t = d_t \eta_t \sqrt{1-eta_2^t}/(1-eta_1^t)`."""
+    params = require_params(who, params)
+    gtree.assert_same_structure(who, updates=updates, params=params)
+    dtype = state.estim_lr.dtype
+    count = safe_increment(state.count)
+    sched = value_at(learning_rate, state.count)
+    dlr = (state.estim_lr * sched * adam_step_size(beta1, beta2, count)).astype(dtype)
+    return params, dtype, count, dlr
+
+
+def adamw_updates(
+    updates: Updates,
+    mu: Updates,
+    nu: Updates,
+    params: Params,
+    *,
+    step_size: ArrayLike,
+    decay: ArrayLike,
+    eps: ArrayLike,
+) -> Updates:
+    r"""AdamW's update from the moments of the D-estimating methods,
+    :math:`u = -\lambda_t x - s\, m / (\sqrt v + \epsilon)` per leaf, in the gradients' dtypes."""
+
+    def leaf(g, m, v, p):
+        u = -jnp.asarray(decay) * widen(p) - step_size * widen(m) / (jnp.sqrt(widen(v)) + eps)
+        return u.astype(g.dtype)
+
+    return jax.tree.map(leaf, updates, mu, nu, params)
 
 
 @alias_errors
@@ -127,26 +173,14 @@ def prodigy(
     check_non_negative(who, "weight_decay", weight_decay)
 
     def init(params):
-        dtype = scalar_dtype(params)
-        return ProdigyState(
-            exp_avg=gtree.zeros_like(params),
-            exp_avg_sq=gtree.zeros_like(params),
-            grad_sum=gtree.zeros_like(params),
-            params0=snapshot(params),
-            estim_lr=jnp.asarray(estim_lr0, dtype),
-            numerator_weighted=jnp.zeros([], dtype),
-            count=zero_count(),
-        )
+        return ProdigyState(**d_adapted_fields(params, estim_lr0), params0=copy_params(params))
 
     def update(updates, state, params=None, **extra_args):
         del extra_args
-        params = require_params(who, params)
-        gtree.assert_same_structure(who, updates=updates, params=params)
-        dtype = state.estim_lr.dtype
-        count = safe_increment(state.count)
-        sched = value_at(learning_rate, state.count)
+        params, dtype, count, dlr = d_adapted_step(
+            who, learning_rate, beta1, beta2, updates, state, params
+        )
         d = state.estim_lr
-        dlr = (d * sched * _adam_correction(beta1, beta2, count)).astype(dtype)
         d_grad = d if safeguard_warmup else dlr
 
         numerator_acum = gtree.vdot(updates, gtree.sub(state.params0, params)).astype(dtype)
@@ -154,8 +188,8 @@ def prodigy(
 
         def moments(g, m, v, s):
             dg = d * widen(g)
-            m_new = beta1 * widen(m) + (1 - beta1) * dg
-            v_new = beta2 * widen(v) + (1 - beta2) * dg * dg
+            m_new = ema(beta1, dg, m)
+            v_new = ema(beta2, dg * dg, v)
             s_new = beta3 * widen(s) + d_grad * dg / estim_lr0
             return m_new.astype(m.dtype), v_new.astype(v.dtype), s_new.astype(s.dtype)
 
@@ -163,16 +197,18 @@ def prodigy(
             moments, 3, updates, state.exp_avg, state.exp_avg_sq, state.grad_sum
         )
         denominator = gtree.norm(grad_sum, ord=1).astype(dtype)
-        estimate = estim_lr_coef * safe_estimate(numerator, denominator)
+        estimate = estim_lr_coef * safe_ratio(numerator, denominator)
         new_d = jnp.maximum(d, estimate).astype(dtype)
 
-        def step(g, m, v, p):
-            u = -(weight_decay * dlr) * widen(p) - dlr * widen(m) / (
-                jnp.sqrt(widen(v)) + new_d * eps
-            )
-            return u.astype(g.dtype)
-
-        new_updates = jax.tree.map(step, updates, exp_avg, exp_avg_sq, params)
+        new_updates = adamw_updates(
+            updates,
+            exp_avg,
+            exp_avg_sq,
+            params,
+            step_size=dlr,
+            decay=weight_decay * dlr,
+            eps=new_d * eps,
+        )
         new_state = ProdigyState(
             exp_avg=exp_avg,
             exp_avg_sq=exp_avg_sq,

@@ -22,7 +22,8 @@ from ..core._transformation import (
     forward_extra_args,
     require_params,
 )
-from ..tree import assert_same_structure, norm, zeros_like
+from ..transforms._tier import stateless
+from ..tree import assert_same_structure, norm, where, zeros_like
 
 NormalizeState = EmptyState
 
@@ -48,21 +49,13 @@ def normalize() -> GradientTransformation:
       A stateless `GradientTransformation` (state `NormalizeState`, i.e. `EmptyState`).
     """
 
-    def init(params):
+    def normalized(updates, params):
         del params
-        return NormalizeState()
-
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
         total = norm(updates)
         safe = jnp.where(total > 0, total, 1.0)
-        return jax.tree.map(lambda g: (widen(g) / safe).astype(g.dtype), updates), state
+        return jax.tree.map(lambda g: (widen(g) / safe).astype(g.dtype), updates)
 
-    return GradientTransformation(init, update)
-
-
-def _select(cond: jax.Array, if_true: Any, if_false: Any) -> Any:
-    return jax.tree.map(lambda a, b: jnp.where(cond, a, b), if_true, if_false)
+    return stateless(normalized)
 
 
 def sam(
@@ -141,7 +134,7 @@ def sam(
         first = state.steps_since_sync == 0
         last = state.steps_since_sync == sync_period - 1
         # The outer params: saved at the first call of a period (the initial cache is unused).
-        cache = _select(first, params, state.cache)
+        cache = where(first, params, state.cache)
         adv_updates, adv_state = adv_update(updates, state.adv_state, params, **extra_args)
         adv_updates = jax.tree.map(lambda u: -u, adv_updates)
         opt_updates, opt_state = opt_update(updates, state.opt_state, cache, **extra_args)
@@ -151,12 +144,12 @@ def sam(
             params,
             opt_updates,
         )
-        new_updates = _select(last, opt_updates, adv_updates)
+        new_updates = where(last, opt_updates, adv_updates)
         if reset_state:
-            adv_state = _select(last, adv_optimizer.init(params), adv_state)
+            adv_state = where(last, adv_optimizer.init(params), adv_state)
         else:
-            adv_state = _select(last, state.adv_state, adv_state)
-        opt_state = _select(last, opt_state, state.opt_state)
+            adv_state = where(last, state.adv_state, adv_state)
+        opt_state = where(last, opt_state, state.opt_state)
         steps = (state.steps_since_sync + 1) % sync_period
         return new_updates, SAMState(
             steps_since_sync=steps.astype(jnp.int32),

@@ -23,8 +23,8 @@ from ..schedules import warmup_constant_schedule
 from ..transforms._adaptive import scale_by_rms
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
+from ..transforms._tier import copy_params, scalar_dtype
 from ..tree import assert_same_structure, map_split
-from ._dog import scalar_dtype, snapshot
 
 
 class ScheduleFreeState(NamedTuple):
@@ -161,7 +161,7 @@ def schedule_free(
             step_count=jnp.ones([], jnp.int32),
             max_lr=jnp.zeros([], dtype),
             base_optimizer_state=base.init(params),
-            z=snapshot(params, state_dtype),
+            z=copy_params(params, state_dtype),
         )
 
     def update(updates, state, params=None, **extra_args):

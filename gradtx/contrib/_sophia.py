@@ -10,11 +10,20 @@ import jax.numpy as jnp
 from .._base._checks import alias_errors, check_in_range, check_int, check_positive
 from .._base._numerics import bias_correction, cond, key_data, safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, OptState, ScalarOrSchedule, Updates
-from ..core._transformation import GradientTransformation, chain, forward_extra_args, require_params
-from ..state._buffers import as_stored
+from ..core._transformation import GradientTransformation, chain, forward_extra_args
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
-from ..tree import assert_same_structure, map_split, size, zeros_like
+from ..transforms._tier import (
+    check_moment_dtype,
+    ema,
+    moment_buffers,
+    read,
+    require_params,
+    store,
+    stored,
+    zeros_like_params,
+)
+from ..tree import assert_same_structure, map_split, size
 
 
 class HutchinsonState(NamedTuple):
@@ -121,7 +130,8 @@ def scale_by_sophia(
       update_interval: k >= 1, steps between Hessian estimates.
       hessian_diagonal_fn: the estimator (default `hutchinson_estimator_diag_hessian()`, which
         needs `obj_fn=`); any transformation whose "updates" are a diagonal estimate.
-      mu_dtype: dtype of the momentum buffer (default: the params' dtype).
+      mu_dtype: dtype of the momentum buffer (default: the params' dtype), or a
+        `gradtx.quantized()` spec for 8-bit storage.
       verbose: print the fraction of unclipped coordinates ("win rate") every
         `print_win_rate_every_n_steps` steps.
       print_win_rate_every_n_steps: >= 0; 0 never prints.
@@ -142,6 +152,7 @@ def scale_by_sophia(
         check_positive(who, "clip_threshold", clip_threshold)
     check_int(who, "update_interval", update_interval, minimum=1)
     check_int(who, "print_win_rate_every_n_steps", print_win_rate_every_n_steps, minimum=0)
+    check_moment_dtype(who, "mu_dtype", mu_dtype)
     hess = (
         hutchinson_estimator_diag_hessian()
         if hessian_diagonal_fn is None
@@ -157,8 +168,8 @@ def scale_by_sophia(
     def init(params):
         return SophiaState(
             count=zero_count(),
-            mu=zeros_like(params, mu_dtype),
-            nu=zeros_like(params),
+            mu=moment_buffers(params, mu_dtype),
+            nu=zeros_like_params(params),
             hessian_fn_state=hess.init(params),
         )
 
@@ -169,12 +180,12 @@ def scale_by_sophia(
         c1 = bias_correction(b1, count)
 
         def leaf(g, m, h):
-            m_new = as_stored(jnp.asarray((1 - b1) * widen(g) + b1 * widen(m)), m)
+            m_buf, m_new = stored(ema(b1, widen(g), read(m)), m)
             u = (m_new / c1) / jnp.maximum(gamma * widen(h), eps)
             if clip_threshold is not None:
                 bound = jnp.asarray(clip_threshold)
                 u = jnp.clip(u, -bound, bound)
-            return u, m_new.astype(m.dtype)
+            return u, m_buf
 
         wide_updates, mu = map_split(leaf, 2, updates, state.mu, state.nu)
         if verbose and clip_threshold is not None and print_win_rate_every_n_steps > 0:
@@ -191,9 +202,7 @@ def scale_by_sophia(
 
         def estimate(hess_state, nu):
             diag, hess_state = hess_update(grads, hess_state, params, **extra_args)
-            nu = jax.tree.map(
-                lambda d, h: ((1 - b2) * widen(d) + b2 * widen(h)).astype(h.dtype), diag, nu
-            )
+            nu = jax.tree.map(lambda d, h: store(ema(b2, widen(d), h), h), diag, nu)
             return hess_state, nu
 
         hessian_fn_state, nu = cond(
@@ -251,7 +260,8 @@ def sophia(
       clip_threshold: :math:`\rho` > 0, or None for no clipping.
       update_interval: k >= 1, steps between Hessian estimates.
       hessian_diagonal_fn: the estimator (default `hutchinson_estimator_diag_hessian()`).
-      mu_dtype: dtype of the momentum buffer (default: the params' dtype).
+      mu_dtype: dtype of the momentum buffer (default: the params' dtype), or a
+        `gradtx.quantized()` spec for 8-bit storage.
       verbose: print the win rate every `print_win_rate_every_n_steps` steps.
       print_win_rate_every_n_steps: >= 0; 0 never prints.
 

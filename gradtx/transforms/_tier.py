@@ -136,3 +136,10 @@ __all__ = [
     "zero_count",
     "zeros_like_params",
 ]
+
+
+def loss_value_in(who: str, extra_args: dict[str, Any], dtype: Any) -> jax.Array:
+    """`loss_value` (the checked `value=` scalar, with its error when missing) in `dtype`, read
+    from the value as given, so that float64 statistics keep a float64 loss."""
+    loss_value(who, extra_args)
+    return jnp.asarray(extra_args["value"]).astype(dtype)

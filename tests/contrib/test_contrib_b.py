@@ -293,7 +293,11 @@ def test_momo_needs_the_loss_and_the_params(factory):
     tx = factory()
     params = mixed_params()
     g = grad_sequence(params, 1)[0]
-    with pytest.raises(ValueError, match=rf"^{factory.__name__} needs the current loss"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^{factory.__name__} needs the monitored value \(e\.g\. the loss\): call "
+        r"update\(grads, state, params, value=loss\)",
+    ):
         tx.update(g, tx.init(params), params)
     with pytest.raises(ValueError, match=rf"^{factory.__name__} needs the current parameters"):
         tx.update(g, tx.init(params), None, value=1.0)
