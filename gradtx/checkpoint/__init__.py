@@ -7,12 +7,15 @@ path), e.g. `"adam/mu/encoder/dense/kernel"` for `named_chain(("adam", scale_by_
 they come back from the template state, which supplies the structure on load.
 
 Files use the safetensors layout (no pickle; bf16, int32, every float and integer type keep their
-dtype) with a 64-bit checksum per tensor, and are written atomically (`gradtx/_checkpoint_io.py`).
+dtype) with a 64-bit checksum per tensor bound to its key (`_format.py`), and are written
+atomically, every byte verified (`_io.py`). docs/checkpoint.md, "Guarantees", lists what is
+promised and which tests prove it.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,7 +27,7 @@ from .._base._checks import did_you_mean
 from .._base._typing import OptState
 from ..tree import path_str
 from ._inspect import StateField, StateSummary, inspect_state
-from ._io import CheckpointError, read_header, read_tensors, write_file
+from ._io import CheckpointError, check_path, open_regular, read_header, read_tensors, write_file
 
 __all__ = [
     "CheckpointError",
@@ -91,6 +94,21 @@ def _to_host(who: str, key: str, leaf: Any) -> np.ndarray:
 
 def _fmt(spec: tuple[tuple[int, ...], np.dtype]) -> str:
     return f"{spec[1].name}{list(spec[0])}"
+
+
+def _byte_order(dtype: np.dtype) -> str:
+    little = dtype.byteorder == "<" or (dtype.byteorder == "=" and sys.byteorder == "little")
+    return "little-endian" if little else "big-endian"
+
+
+def _fmt_pair(
+    a: tuple[tuple[int, ...], np.dtype], b: tuple[tuple[int, ...], np.dtype]
+) -> tuple[str, str]:
+    """Two mismatched specs as text; when only their byte order differs, it is named (the
+    names alone would read `float32[5]` twice)."""
+    if _fmt(a) == _fmt(b):
+        return f"{_fmt(a)} ({_byte_order(a[1])})", f"{_fmt(b)} ({_byte_order(b[1])})"
+    return _fmt(a), _fmt(b)
 
 
 def _restore(who: str, key: str, template: Any, value: Any) -> Any:
@@ -160,7 +178,13 @@ def _check_match(
         return
     first = next(k for k in [*tspecs, *unexpected] if k in {*missing, *mismatched, *unexpected})
     if first in mismatched:
-        what = f"the template has {_fmt(tspecs[first])}, the {source} has {_fmt(found[first])}"
+        ours, theirs = _fmt_pair(tspecs[first], found[first])
+        what = f"the template has {ours}, the {source} has {theirs}"
+        if _fmt(tspecs[first]) == _fmt(found[first]):
+            what += (
+                " (load returns native byte order; convert the template with "
+                "x.astype(x.dtype.newbyteorder('=')))"
+            )
     elif first in missing:
         what = f"in the template, not in the {source}{did_you_mean(first, unexpected)}"
     else:
@@ -168,7 +192,7 @@ def _check_match(
     message = f"{who}: the {source} does not match the template state; first mismatch {first!r}: "
     message += what
     if mismatched:
-        details = [f"{k}: {_fmt(tspecs[k])} vs {_fmt(found[k])}" for k in mismatched]
+        details = [f"{k}: {' vs '.join(_fmt_pair(tspecs[k], found[k]))}" for k in mismatched]
         message += _listing("shape/dtype mismatches (template vs " + source + ")", details)
     if missing:
         message += _listing(f"missing from the {source}", missing)
@@ -257,7 +281,10 @@ def save(path: str | os.PathLike, state: OptState, *, fsync: bool = True) -> str
     (`.NAME.tmp-HOST-PID-RANDOM`), flushed to disk and renamed over `path`, so `path` holds
     either the previous checkpoint or the new one. Arrays are streamed one at a time: at most
     one extra leaf is held in host memory.
-    Temporaries left by saves of `path` that were killed on this host are removed.
+    Temporaries left by saves of `path` that were killed on this host are removed. Every byte
+    is verified written (short writes are continued, the size is checked before the rename): a
+    full disk raises `OSError` with the system's reason (`No space left on device`), removes the
+    temporary file and leaves the previous checkpoint at `path` untouched.
 
     Args:
       path: the file to write (any name; `.safetensors` is a good extension).
@@ -267,7 +294,14 @@ def save(path: str | os.PathLike, state: OptState, *, fsync: bool = True) -> str
 
     Returns:
       `path` as a string.
+
+    Raises:
+      OSError: the file could not be written (its message names `path` and the reason).
+      CheckpointError: the state cannot be saved (abstract leaves, an unsupported dtype, two
+        leaves with one path) or `path` holds a NUL byte.
     """
+    path = os.fsdecode(path)
+    check_path("save", path)
     items, _ = _flatten("save", state)
     specs = [(key, *_spec(leaf)) for key, leaf in items]
     for key, leaf in items:
@@ -280,7 +314,6 @@ def save(path: str | os.PathLike, state: OptState, *, fsync: bool = True) -> str
                 nxt.copy_to_host_async()
         return _to_host("save", *items[i])
 
-    path = os.fspath(path)
     write_file(path, specs, fetch, fsync=fsync)
     return path
 
@@ -291,9 +324,12 @@ def load(path: str | os.PathLike, template_state: OptState, *, strict: bool = Tr
     The header is checked against the template first (keys, shapes, dtypes: a `CheckpointError`
     lists missing / unexpected / mismatched keys and names the first), then each tensor is read
     straight into its buffer and its checksum verified. A truncated, corrupt or foreign file
-    raises a `CheckpointError` naming `path` and what is wrong; nothing is returned partially
-    loaded. Memory: on CPU the arrays adopt the read buffers (no copy); elsewhere leaves are
-    transferred in batches of up to 64 MB, so at most that much is held twice.
+    raises a `CheckpointError` naming `path` and what is wrong (the field, for a malformed
+    header); a tensor whose key was renamed or swapped in the header fails its checksum, which
+    is bound to the key. Only regular files are opened (a FIFO or a device is refused, never
+    waited on). Nothing is returned partially loaded. Memory: on CPU the arrays adopt the read
+    buffers (no copy); elsewhere leaves are transferred in batches of up to 64 MB, so at most
+    that much is held twice.
 
     Args:
       path: a file written by `gradtx.save`.
@@ -305,12 +341,18 @@ def load(path: str | os.PathLike, template_state: OptState, *, strict: bool = Tr
 
     Returns:
       The restored state.
+
+    Raises:
+      CheckpointError: the file is not a complete, intact gradtx checkpoint, or does not match
+        the template (the message names `path` and the first problem).
+      OSError: the file cannot be opened (e.g. `FileNotFoundError`, `PermissionError`).
     """
-    path = os.fspath(path)
+    path = os.fsdecode(path)
+    check_path("load", path)
     who = f"load({path!r})"
     template, treedef = _flatten(who, template_state)
     by_key = dict(template)
-    with open(path, "rb", buffering=0) as f:
+    with open_regular(path) as f:
         entries, start = read_header(f, path)
         found = {e.key: (e.shape, e.dtype.newbyteorder("=")) for e in entries}
         _check_match(who, "checkpoint", template, found, strict)

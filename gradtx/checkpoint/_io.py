@@ -1,10 +1,11 @@
-"""The checkpoint file format: safetensors layout, per-tensor checksums, atomic streaming writes.
+"""Checkpoint files: atomic, verified streaming writes and checked streaming reads.
 
-A file is `u64 header length | JSON header | raw little-endian tensor bytes`, exactly the
-safetensors layout (so `safetensors.numpy.load_file` reads it too), with `__metadata__` holding
-the format name and one 64-bit checksum per tensor (`sum64`). Writes go to a temporary file in
-the same folder, are fsynced and then renamed over the target (`os.replace`), so a crash at any
-moment leaves either the old checkpoint or the new one at the path. Reads check the header
+The layout, the header's validation and the checksums are in `_format.py`. Writes go to a
+temporary file in the same folder; every byte is accounted for (short writes are continued, the
+file size is checked before the rename, and a failing write raises `OSError` with the system's
+reason, e.g. `No space left on device`); the file is fsynced and renamed over the target
+(`os.replace`), so a crash or a full disk at any moment leaves either the old checkpoint or the
+new one at the path. Reads open only regular files (never blocking on a FIFO), check the header
 against what the caller expects before allocating anything and verify every tensor's checksum
 before returning.
 
@@ -17,66 +18,51 @@ with the I/O measured slower on the 2-core benchmark machine (0.69x vs 0.88x of 
 from __future__ import annotations
 
 import contextlib
-import json
+import errno
 import math
 import os
 import secrets
 import socket
+import stat
 import struct
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 
-FORMAT = "gradtx.optimizer_state"
-VERSION = "1"
+from ._format import (
+    FORMAT,
+    SUM_PREFIX,
+    VERSION,
+    CheckpointError,
+    Entry,
+    bad,
+    dtype_code,
+    header_bytes,
+    parse_header,
+    sum64,
+    sum_text,
+)
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "CheckpointError",
+    "Entry",
+    "check_path",
+    "open_regular",
+    "read_header",
+    "read_tensors",
+    "remove_stale_temps",
+    "temp_path",
+    "write_file",
+]
+
 CHUNK = 1 << 23  # 8 MiB read chunks
 _MAX_HEADER = 1 << 30
 _DIRECT_WRITE = 1 << 20
 _ALIGN = 64
-_SUM_PREFIX = '{"__metadata__": {"sum64": "'
 _TMP_TAG = ".tmp-"
-
-# safetensors dtype codes (C128 is gradtx's own: safetensors has no complex128).
-_CODES: dict[str, Any] = {
-    "BOOL": np.bool_,
-    "U8": np.uint8,
-    "I8": np.int8,
-    "U16": np.uint16,
-    "I16": np.int16,
-    "U32": np.uint32,
-    "I32": np.int32,
-    "U64": np.uint64,
-    "I64": np.int64,
-    "F16": np.float16,
-    "BF16": jnp.bfloat16,
-    "F32": np.float32,
-    "F64": np.float64,
-    "C64": np.complex64,
-    "C128": np.complex128,
-    "F8_E4M3": jnp.float8_e4m3fn,
-    "F8_E5M2": jnp.float8_e5m2,
-}
-_DTYPE_OF = {code: np.dtype(t) for code, t in _CODES.items()}
-_CODE_OF = {dt: code for code, dt in _DTYPE_OF.items()}
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file or state dict that cannot be loaded: truncated, corrupt, not a gradtx
-    checkpoint, or not matching the template state (the message says which, and where)."""
-
-
-def dtype_code(who: str, key: str, dtype: Any) -> str:
-    """The safetensors code of `dtype` (`F32`, `BF16`, ...), or a `CheckpointError`."""
-    code = _CODE_OF.get(np.dtype(dtype).newbyteorder("="))
-    if code is None:
-        raise CheckpointError(
-            f"{who}: {key!r} has dtype {np.dtype(dtype).name}, which a checkpoint cannot hold "
-            f"(supported: {sorted(d.name for d in _CODE_OF)})"
-        )
-    return code
 
 
 def _as_bytes(arr: np.ndarray) -> memoryview:
@@ -92,20 +78,6 @@ def _chunks(view: memoryview) -> Iterator[memoryview]:
         yield view[start : start + CHUNK]
 
 
-def sum64(view: memoryview) -> int:
-    """The checksum of a tensor's bytes: the sum, modulo 2**64, of its little-endian 64-bit
-    words (a last partial word zero-padded). Any change confined to one word, flipped bits, and
-    zeroed or garbage blocks change it (a random block goes undetected with probability 2**-64);
-    unlike a CRC it does not see aligned words swapped with each other. NumPy computes it at
-    memory speed (~5 GB/s measured under load on the benchmark machine, zlib's CRC32 ~1 GB/s:
-    a CRC made `save` CPU-bound at 0.4x of `numpy.save` there)."""
-    whole = len(view) // 8 * 8
-    total = int(np.add.reduce(np.frombuffer(view[:whole], "<u8"), dtype=np.uint64)) if whole else 0
-    if whole < len(view):
-        total += int.from_bytes(bytes(view[whole:]), "little")
-    return total % (1 << 64)
-
-
 def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """An uninitialised array whose data is 64-byte aligned: JAX's CPU backend then adopts it
     without a copy (`jax.device_put`), so a loaded leaf is never held twice."""
@@ -113,42 +85,6 @@ def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     raw = np.empty(nbytes + _ALIGN, np.uint8)
     start = -raw.ctypes.data % _ALIGN
     return raw[start : start + nbytes].view(dtype).reshape(shape)
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One tensor of a file: its key, dtype, shape and byte range in the data section."""
-
-    key: str
-    dtype: np.dtype
-    shape: tuple[int, ...]
-    begin: int
-    end: int
-    checksum: int
-
-
-def _header_bytes(entries: list[tuple[str, str, tuple[int, ...], int, int]], sums: str) -> bytes:
-    tensors = {
-        key: {"dtype": code, "shape": list(shape), "data_offsets": [b, e]}
-        for key, code, shape, b, e in entries
-    }
-    metadata = {"sum64": sums, "format": FORMAT, "version": VERSION}
-    text = json.dumps({"__metadata__": metadata, **tensors}, separators=(", ", ": "))
-    assert text.startswith(_SUM_PREFIX)
-    raw = text.encode("utf-8")
-    return raw + b" " * (-len(raw) % 8)  # safetensors pads the header to 8 bytes with spaces
-
-
-def _write_all(f: Any, view: memoryview) -> None:
-    """Write all of `view` to the raw file `f`. Large buffers go through NumPy's own writer (the
-    one `numpy.save` uses): on the 2-core benchmark machine it ran ~2x faster than `os.write` of
-    the same 64 MB buffer, consistently across shuffled rounds."""
-    if len(view) >= _DIRECT_WRITE:
-        np.frombuffer(view, np.uint8).tofile(f)
-        return
-    while len(view):
-        n = f.write(view)
-        view = view[n:]
 
 
 def temp_path(path: str) -> str:
@@ -187,6 +123,45 @@ def remove_stale_temps(path: str) -> list[str]:
     return removed
 
 
+def _write_loop(fd: int, view: memoryview) -> None:
+    """`os.write` until all of `view` is written: a short write is continued, and the write that
+    cannot continue raises the system's error (ENOSPC, EFBIG, EIO, ...)."""
+    while len(view):
+        n = os.write(fd, view)
+        if n <= 0:
+            raise OSError(errno.EIO, f"write() wrote {n} bytes of {len(view)}")
+        view = view[n:]
+
+
+def _write_all(f: Any, view: memoryview) -> None:
+    """Append all of `view` to the raw file `f` (at its end), or raise the system's error.
+
+    Large buffers go through NumPy's own writer (the one `numpy.save` uses): on the 2-core
+    benchmark machine it ran ~2x faster than `os.write` of the same 64 MB buffer. It cannot be
+    trusted with errors (it drops the one of its final, buffered short write, and reports others
+    without the reason), so the file size says how much it wrote, and `os.write` continues from
+    there: it completes the buffer or raises the error with its reason."""
+    fd = f.fileno()
+    done = 0
+    if len(view) >= _DIRECT_WRITE:
+        begin = os.lseek(fd, 0, os.SEEK_CUR)
+        if begin == os.fstat(fd).st_size:  # appending: the size tells what was written
+            with contextlib.suppress(OSError):  # not lost: the write below raises it again
+                np.frombuffer(view, np.uint8).tofile(f)
+            done = min(max(os.fstat(fd).st_size - begin, 0), len(view))
+            os.lseek(fd, begin + done, os.SEEK_SET)
+    _write_loop(fd, view[done:])
+
+
+def _save_error(path: str, error: OSError) -> OSError:
+    reason = error.strerror or str(error)
+    message = (
+        f"save: writing {path!r} failed: {reason} (the file at that path, if any, is unchanged "
+        "and the temporary file was removed)"
+    )
+    return OSError(error.errno, message) if error.errno is not None else OSError(message)
+
+
 def write_file(
     path: str,
     items: list[tuple[str, tuple[int, ...], np.dtype]],
@@ -195,13 +170,15 @@ def write_file(
     fsync: bool = True,
 ) -> None:
     """Write a checkpoint atomically: `items` are (key, shape, dtype) in file order and
-    `fetch(i)` returns tensor `i` as a NumPy array (called once each, in order)."""
+    `fetch(i)` returns tensor `i` as a NumPy array (called once each, in order). A failed write
+    (a full disk) raises `OSError` with the system's reason and leaves `path` untouched."""
     entries, offset = [], 0
     for key, shape, dtype in items:
         nbytes = math.prod(shape) * dtype.itemsize
         entries.append((key, dtype_code("save", key, dtype), shape, offset, offset + nbytes))
         offset += nbytes
-    header = _header_bytes(entries, ",".join(["0" * 16] * len(entries)))
+    header = header_bytes(entries)
+    total = 8 + len(header) + offset
     folder = os.path.dirname(os.path.abspath(path))
     remove_stale_temps(path)
     tmp = temp_path(path)
@@ -221,17 +198,24 @@ def write_file(
             sums.append(sum64(view))
             _write_all(f, view)
             del arr, view
-        sum_text = ",".join(f"{c:016x}" for c in sums).encode("ascii")
-        f.seek(8 + len(_SUM_PREFIX))  # the checksums replace their placeholder in the header
-        _write_all(f, memoryview(sum_text))
+        # The checksums replace their placeholder in the header, in place.
+        text = sum_text([key for key, *_ in entries], sums).encode("ascii")
+        os.lseek(f.fileno(), 8 + len(SUM_PREFIX), os.SEEK_SET)
+        _write_loop(f.fileno(), memoryview(text))
         if fsync:
             os.fsync(f.fileno())
+        size = os.fstat(f.fileno()).st_size
+        if size != total:
+            raise OSError(errno.EIO, f"the file has {size} bytes after writing, not {total}")
         f.close()
         os.replace(tmp, path)
-    except BaseException:
-        f.close()
+    except BaseException as e:
+        with contextlib.suppress(OSError):  # the error being raised is the one to report
+            f.close()
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
+        if isinstance(e, OSError):
+            raise _save_error(path, e) from e
         raise
     if fsync and os.name == "posix":  # make the rename itself durable
         dir_fd = os.open(folder, os.O_RDONLY)
@@ -241,52 +225,74 @@ def write_file(
             os.close(dir_fd)
 
 
-def _bad(path: str, what: str) -> CheckpointError:
-    return CheckpointError(f"load: {path!r} is not a readable gradtx checkpoint: {what}")
+def check_path(who: str, path: str) -> None:
+    """A `CheckpointError` for a path no file can have (the OS would say 'embedded null byte')."""
+    if "\0" in path:
+        raise CheckpointError(
+            f"{who}: a NUL byte ('\\x00') is in the path {path!r}; no file name can hold one"
+        )
+
+
+def _file_kind(mode: int) -> str:
+    kinds = [
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ]
+    return next((name for test, name in kinds if test(mode)), f"mode {mode:o}")
+
+
+def open_regular(path: str) -> Any:
+    """`path` opened for unbuffered binary reading, if it is a regular file: a FIFO, a device or
+    a directory is a `CheckpointError` (opened without blocking, then checked: no race)."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise bad(path, f"it is not a regular file ({_file_kind(mode)})")
+        if flags & getattr(os, "O_NONBLOCK", 0):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _read_exact(f: Any, n: int) -> bytes:
+    out = bytearray(n)
+    view, got = memoryview(out), 0
+    while got < n:
+        k = f.readinto(view[got:])
+        if not k:
+            break
+        got += k
+    return bytes(out[:got])
 
 
 def read_header(f: Any, path: str) -> tuple[list[Entry], int]:
-    """The tensors listed in an open file's header and where its data section starts; checks the
-    format, the layout and that the file is complete (a truncated file fails here)."""
+    """The tensors listed in an open file's header (in file order) and where its data section
+    starts; checks the format, the layout and that the file is complete (a truncated file fails
+    here)."""
     size = os.fstat(f.fileno()).st_size
-    head = f.read(8)
+    head = _read_exact(f, 8)
     if len(head) < 8:
-        raise _bad(path, f"the file has {size} bytes, too short for a header (truncated?)")
+        raise bad(path, f"the file has {size} bytes, too short for a header (truncated?)")
     (n,) = struct.unpack("<Q", head)
     if n > min(size - 8, _MAX_HEADER):
-        raise _bad(path, f"the header length field says {n} bytes but the file has {size}")
-    try:
-        header = json.loads(f.read(n).decode("utf-8"))
-        meta = header.pop("__metadata__")
-    except (UnicodeDecodeError, ValueError, KeyError, AttributeError) as e:
-        raise _bad(path, f"the header is not valid (corrupt or truncated): {e}") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise _bad(path, f"the header does not name the format {FORMAT!r} (got metadata {meta!r})")
-    if meta.get("version") != VERSION:
-        raise _bad(path, f"format version {meta.get('version')!r}; this gradtx reads {VERSION!r}")
-    sum_text = meta.get("sum64", "")
-    sums = sum_text.split(",") if sum_text else []
-    if len(sums) != len(header):
-        raise _bad(path, f"{len(header)} tensors but {len(sums)} checksums")
-    entries, expected = [], 0
-    try:
-        for (key, info), checksum in zip(header.items(), sums, strict=True):
-            dtype = _DTYPE_OF[info["dtype"]]
-            shape = tuple(int(d) for d in info["shape"])
-            begin, end = (int(x) for x in info["data_offsets"])
-            nbytes = math.prod(shape) * dtype.itemsize
-            if begin != expected or end - begin != nbytes or min(shape, default=0) < 0:
-                raise ValueError(f"{key!r}: inconsistent offsets {[begin, end]} for {shape}")
-            entries.append(Entry(key, dtype, shape, begin, end, int(checksum, 16)))
-            expected = end
-    except (KeyError, TypeError, ValueError) as e:
-        raise _bad(path, f"the header is not valid (corrupt): {e}") from None
+        raise bad(path, f"the header length field says {n} bytes but the file has {size}")
+    raw = _read_exact(f, n)
+    if len(raw) < n:
+        raise bad(path, f"the header ends early at byte {8 + len(raw)} (the file was truncated)")
+    entries, data_size = parse_header(raw, path)
     start = 8 + n
-    if size != start + expected:
-        raise _bad(
+    if size != start + data_size:
+        raise bad(
             path,
-            f"the header describes {start + expected} bytes but the file has {size} "
-            + ("(truncated: an interrupted copy?)" if size < start + expected else ""),
+            f"the header describes {start + data_size} bytes but the file has {size} "
+            + ("(truncated: an interrupted copy?)" if size < start + data_size else ""),
         )
     return entries, start
 
@@ -307,14 +313,16 @@ def read_tensors(
             while got < len(chunk):
                 n = f.readinto(chunk[got:])
                 if not n:
-                    raise _bad(path, f"{entry.key!r} ends early (the file was truncated)")
+                    raise bad(path, f"{entry.key!r} ends early (the file was truncated)")
                 got += n
             checksum = (checksum + sum64(chunk)) % (1 << 64)
         position = start + entry.end
-        if checksum != entry.checksum:
-            raise _bad(
+        found = entry.expected(checksum)
+        if found != entry.checksum:
+            where = " or not stored under this name" if entry.keyed else ""
+            raise bad(
                 path,
-                f"the data of {entry.key!r} is corrupt (checksum {checksum:016x}, the "
+                f"the data of {entry.key!r} is corrupt{where} (checksum {found:016x}, the "
                 f"header says {entry.checksum:016x})",
             )
         if not arr.dtype.isnative:
