@@ -123,6 +123,22 @@ def stateless(
     return GradientTransformation(init, update)
 
 
+def stateless_with_extra_args(
+    fn: Callable[[Updates, Params | None, dict[str, Any]], Updates],
+) -> GradientTransformation:
+    """A stateless transformation from `fn(updates, params, extra_args) -> updates`: `stateless`
+    for the rules that read an extra argument of `update` (the loss as `value=`, ...)."""
+
+    def init(params):
+        del params
+        return EmptyState()
+
+    def update(updates, state, params=None, **extra_args):
+        return fn(updates, params, extra_args), state
+
+    return GradientTransformation(init, update)
+
+
 def chain(*transformations: GradientTransformation) -> GradientTransformation:
     """Apply transformations one after the other; the state is the tuple of their states.
 

@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._base._checks import check_non_negative, check_one_of, check_scalar
-from .._base._numerics import widen
 from .._base._typing import ArrayLike
-from ..core._transformation import EmptyState, GradientTransformation, monitored_value
+from ..core._transformation import GradientTransformation
 from ..tree import norm
+from ._tier import loss_value, stateless_with_extra_args, widen
 
 POLYAK_VARIANTS = ("sps", "sps+")
 
@@ -55,24 +55,19 @@ def scale_by_polyak(
     check_non_negative(who, "eps", eps)
     check_one_of(who, "variant", variant, POLYAK_VARIANTS)
 
-    def init(params):
-        del params
-        return EmptyState()
-
-    def update(updates, state, params=None, **extra_args):
+    def polyak_step(updates, params, extra_args):
         del params
         sq_norm = norm(updates, squared=True)
-        gap = (monitored_value(who, extra_args) - f_min).astype(sq_norm.dtype)
+        gap = (loss_value(who, extra_args) - f_min).astype(sq_norm.dtype)
         if variant == "sps+":
             gap = jnp.maximum(gap, 0.0)
         denominator = sq_norm + eps
         step = jnp.where(
             denominator <= _TINY, 0.0, jnp.minimum(gap / denominator, max_learning_rate)
         )
-        updates = jax.tree.map(lambda g: (step * widen(g)).astype(g.dtype), updates)
-        return updates, state
+        return jax.tree.map(lambda g: (step * widen(g)).astype(g.dtype), updates)
 
-    return GradientTransformation(init, update)
+    return stateless_with_extra_args(polyak_step)
 
 
 __all__ = ["POLYAK_VARIANTS", "scale_by_polyak"]

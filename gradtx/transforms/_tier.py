@@ -14,7 +14,8 @@ One home for what the update rules do again and again, so that each is written (
 - `scalar_dtype(params)`: the dtype of a method's scalar statistics (float32, float64 for
   float64 params);
 - `loss_value(who, extra_args)`: the one reader of the loss passed as `value=`;
-- `stateless` / `stateless_with_params`: stateless pairs that keep (forward) the extra args;
+- `stateless` / `stateless_with_params` / `stateless_with_extra_args` (for rules that read an
+  extra argument such as the loss): stateless pairs;
 - `safe_ratio(numerator, denominator)`: 0 where the denominator is 0 (no NaN from 0 / 0).
 
 Internal (public inside the package): transformations import these from here, never from each
@@ -40,7 +41,12 @@ from .._base._numerics import (
 )
 from .._base._typing import ArrayLike, Params
 from ..core._transformation import monitored_value as loss_value
-from ..core._transformation import require_params, stateless, stateless_with_params
+from ..core._transformation import (
+    require_params,
+    stateless,
+    stateless_with_extra_args,
+    stateless_with_params,
+)
 from ..state import _quantize
 from ..state._buffers import (
     as_stored,
@@ -127,6 +133,7 @@ __all__ = [
     "safe_ratio",
     "scalar_dtype",
     "stateless",
+    "stateless_with_extra_args",
     "stateless_with_params",
     "store",
     "stored",
