@@ -29,5 +29,6 @@ def main(argv: list[str] | None = None) -> int:
         return CONFIG_COMMANDS[command][0](rest)
     from .._base._checks import did_you_mean
 
-    print(f"unknown command {command!r}{did_you_mean(command, COMMANDS)}", file=sys.stderr)
+    shown = repr(command if len(command) <= 40 else f"{command[:37]}...")
+    print(f"error: unknown command {shown}{did_you_mean(command, COMMANDS)}", file=sys.stderr)
     return 2

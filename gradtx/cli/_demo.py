@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -26,12 +27,20 @@ import numpy as np
 
 from .._base._version import __version__
 from ..config import from_config
-from ..config._errors import ConfigError
+from ..config._errors import ConfigError, shown
 from ..config._load import read as read_config
 from ..core import apply_updates
 
 DEFAULT_CONFIG = Path(__file__).with_name("demo.yaml")
 TRAIN_DEFAULTS: dict[str, Any] = {"steps": 3000, "batch_size": 128, "hidden": [64, 64], "seed": 0}
+# what a demo may ask for: (smallest, largest) of each integer setting
+TRAIN_BOUNDS: dict[str, tuple[int, int]] = {
+    "steps": (1, 1_000_000),
+    "batch_size": (1, 65_536),
+    "hidden": (1, 4_096),  # each layer's width
+    "seed": (0, 2**31 - 1),
+}
+MAX_LAYERS = 16
 
 
 def spirals(
@@ -95,13 +104,20 @@ def load_demo_config(path: str | Path) -> tuple[dict[str, Any], dict[str, dict[s
     if not isinstance(runs, dict) or not runs:
         raise ConfigError(
             f"{where}: `optimizers` must map run names to optimizer configs (docs/config.md), "
-            f"got {runs!r}"
+            f"got {shown(runs)}"
         )
     train = dict(TRAIN_DEFAULTS)
     given = data.get("train") or {}
-    bad = sorted(set(given) - set(TRAIN_DEFAULTS))
+    if not isinstance(given, dict):
+        raise ConfigError(f"{where}: train: must be a mapping of settings, got {shown(given)}")
+    bad = sorted(map(str, set(given) - set(TRAIN_DEFAULTS)))
     if bad:
         raise ConfigError(f"{where}: unknown `train` key(s) {bad}; known: {sorted(TRAIN_DEFAULTS)}")
+    for key, value in given.items():
+        if key == "hidden":
+            check_hidden(value, f"{where}: train.hidden")
+        else:
+            check_setting(key, value, f"{where}: train.{key}")
     train.update(given)
     for name, cfg in runs.items():
         try:
@@ -109,6 +125,37 @@ def load_demo_config(path: str | Path) -> tuple[dict[str, Any], dict[str, dict[s
         except ConfigError as e:
             raise ConfigError(f"{where}: optimizers.{name}: {e}") from None
     return train, {str(k): v for k, v in runs.items()}
+
+
+def check_setting(key: str, value: Any, where: str) -> int:
+    """`value` if it is an integer within `TRAIN_BOUNDS[key]`, else a `ConfigError`."""
+    lo, hi = TRAIN_BOUNDS[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{where}: must be an integer, got {shown(value)}")
+    if not lo <= value <= hi:
+        raise ConfigError(f"{where}: must be in {lo} .. {hi}, got {shown(value)}")
+    return value
+
+
+def check_hidden(value: Any, where: str) -> None:
+    if not isinstance(value, list) or len(value) > MAX_LAYERS:
+        raise ConfigError(
+            f"{where}: must be a list of at most {MAX_LAYERS} layer widths, got {shown(value)}"
+        )
+    for i, width in enumerate(value):
+        check_setting("hidden", width, f"{where}[{i}]")
+
+
+def check_output_folder(out: Path) -> None:
+    """Create `out` (the results folder) and check that it takes files, before any training."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {str(out)!r}: exists and is not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--out {str(out)!r}: cannot create the folder: {e}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {str(out)!r}: the folder is not writable")
 
 
 def select(runs: dict[str, Any], wanted: str | None) -> dict[str, Any]:
@@ -207,13 +254,15 @@ def train_run(
 
     rng = np.random.default_rng(seed + 1)
     chunks = [chunk] * (steps // chunk) + ([steps % chunk] if steps % chunk else [])
-    idx = [rng.integers(0, len(x), (n, batch_size)) for n in chunks]
+    idx = (rng.integers(0, len(x), (n, batch_size)) for n in chunks)  # drawn chunk by chunk
     compiled: dict[int, Any] = {}
     start = time.perf_counter()
     for n in sorted(set(chunks)):
+        xb_shape = jax.ShapeDtypeStruct((n, batch_size, x.shape[1]), x.dtype)
+        yb_shape = jax.ShapeDtypeStruct((n, batch_size), y.dtype)
         compiled[n] = (
             jax.jit(run_chunk, donate_argnums=(0, 1))
-            .lower(params, opt_state, x[idx[chunks.index(n)]], y[idx[chunks.index(n)]])
+            .lower(params, opt_state, xb_shape, yb_shape)
             .compile()
         )
     run = Run(name=name, optimizer=str(config.get("optimizer", {}).get("name", "?")))
@@ -300,6 +349,16 @@ def plot(runs: list[Run], data: tuple[np.ndarray, ...], out_dir: Path) -> Path |
     return path
 
 
+def _int_arg(text: str) -> int:
+    try:
+        if len(text) > 30:
+            raise ValueError
+        return int(text)
+    except ValueError:
+        shortened = text if len(text) <= 40 else f"{text[:37]}..."
+        raise argparse.ArgumentTypeError(f"expected an integer, got {shortened!r}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m gradtx demo",
@@ -308,20 +367,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="demo config file")
     parser.add_argument("--optimizers", help="comma-separated run names (default: all)")
-    parser.add_argument("--steps", type=int, help="optimizer steps per run (default: config's)")
+    parser.add_argument(
+        "--steps", type=_int_arg, help="optimizer steps per run (default: config's)"
+    )
     parser.add_argument("--out", type=Path, default=Path("demo_out"), help="output folder")
     parser.add_argument("--no-plot", action="store_true", help="do not write demo.png")
     args = parser.parse_args(argv)
     try:
         train, runs = load_demo_config(args.config)
         runs = select(runs, args.optimizers)
+        if args.steps is not None:
+            lo, hi = TRAIN_BOUNDS["steps"]
+            if not lo <= args.steps <= hi:
+                raise ConfigError(f"--steps must be in {lo} .. {hi}, got {args.steps}")
+        check_output_folder(args.out)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     steps = int(args.steps if args.steps is not None else train["steps"])
-    if steps < 1:
-        print(f"error: --steps must be at least 1, got {steps}", file=sys.stderr)
-        return 2
     x_all, y_all = spirals(seed=int(train["seed"]))
     order = np.random.default_rng(int(train["seed"])).permutation(len(x_all))
     n_test = len(order) // 5
@@ -352,7 +415,6 @@ def main(argv: list[str] | None = None) -> int:
     table = results_table(results)
     print()
     print(table)
-    args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.md").write_text(table + "\n", encoding="utf-8")
     summary = [
         {k: getattr(r, k) for k in ("name", "optimizer", "final_loss", "test_accuracy")}

@@ -15,6 +15,7 @@ one would write by hand and compiles to the same program.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -32,6 +33,7 @@ from ._errors import ConfigError, join
 from ._kinds import params_of
 from ._registry import Entry, lookup
 
+_MAX_MESSAGE = 1_000  # characters of a factory's message kept
 _MUST = re.compile(r"\b([A-Za-z_]\w*) (?:must|needs|requires)\b")
 
 
@@ -62,7 +64,10 @@ def call(
         raise
     except Exception as e:  # a factory's own validation (ValueError, TypeError, ...)
         names = dict(argmap) if argmap is not None else {k: k for k in kwargs}
-        message, where = _locate(f"{e}", path, names)
+        text = f"{e}"
+        if len(text) > _MAX_MESSAGE:
+            text = f"{text[: _MAX_MESSAGE - 3]}..."
+        message, where = _locate(text, path, names)
         raise ConfigError(message, where) from e
 
 
@@ -140,7 +145,12 @@ def _decoupled_rate(rate: Any, lr: Any) -> Any:
     from ..schedules import NamedSchedule
 
     if not callable(rate) and not callable(lr):
-        return float(rate) * float(lr)
+        product = float(rate) * float(lr)
+        if not math.isfinite(product):
+            raise ConfigError(
+                f"out of range: rate {rate} times the learning rate {lr} overflows", "weight_decay"
+            )
+        return product
 
     def at(step: Any, value: Any) -> Any:
         return value(step) if callable(value) else value

@@ -38,15 +38,37 @@ class ConfiguredOptimizer(GradientTransformation):
         """The solver's learning rate at `steps` (an int or an array of ints), as float32.
 
         Steps count the solver's own updates (with `accumulate`, one per `k` micro-steps).
-        Solvers without a learning rate give NaN.
+        Steps beyond int32 give the value at 2**31 - 1, where the solver's step counter stops
+        (counters saturate, they never wrap). Solvers without a learning rate give NaN.
         """
         lr = self.learning_rate
-        steps_arr = np.asarray(steps)
+        steps_arr = saturated_steps(steps)
         if lr is None:
             return np.full(steps_arr.shape, np.nan, np.float32)
         if callable(lr):
             return np.asarray(lr(jnp.asarray(steps_arr, jnp.int32)), np.float32)
         return np.full(steps_arr.shape, lr, np.float32)
+
+
+def saturated_steps(steps: Any) -> np.ndarray:
+    """`steps` as int32, those beyond int32 clipped to its range (as the step counters are)."""
+    arr = np.asarray(steps)
+    lo, hi = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    if arr.dtype == object:
+        try:
+            clipped = [min(max(int(s), lo), hi) for s in arr.ravel().tolist()]
+        except (TypeError, ValueError, OverflowError):
+            raise TypeError(f"learning_rate_at: steps must be integers, got {steps!r}") from None
+        return np.asarray(clipped, np.int64).reshape(arr.shape).astype(np.int32)
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)):
+            raise ValueError("learning_rate_at: steps must be finite")
+        return np.clip(np.trunc(arr), lo, hi).astype(np.int32)
+    if arr.dtype.kind not in "iub":
+        raise TypeError(f"learning_rate_at: steps must be integers, got dtype {arr.dtype}")
+    if arr.dtype.kind == "u":
+        return np.minimum(arr, np.uint64(hi)).astype(np.int32)
+    return np.clip(arr.astype(np.int64), lo, hi).astype(np.int32)
 
 
 def configured(tx: Any, config: dict[str, Any], source: str) -> ConfiguredOptimizer:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._errors import ConfigError, did_you_mean
+from ._errors import ConfigError, did_you_mean, shown
 from ._kinds import KINDS, declared, params_of
 
 REGISTRY_KINDS = ("optimizer", "schedule")
@@ -269,19 +269,22 @@ def lookup(name: Any, kind: str = "optimizer", path: str = "") -> Entry:
     reg = _ensure()
     label = "solver" if kind == "optimizer" else "schedule"
     if not isinstance(name, str):
-        raise ConfigError(f"the {label} name must be a string, got {name!r}", path)
+        raise ConfigError(f"the {label} name must be a string, got {shown(name)}", path)
     entry = reg.entries[kind].get(normalize(name))
     if entry is None:
+        if len(name) > 100:
+            raise ConfigError(f"unknown {label} {shown(name)}", path)
         keys = list(reg.entries[kind])
         close = difflib.get_close_matches(normalize(name), keys, n=3, cutoff=0.6)
-        shown = []
+        matches: list[str] = []
         for key in close:
             canonical = reg.entries[kind][key].name
-            if canonical not in shown:
-                shown.append(canonical)
-        hint = f" (did you mean {' or '.join(repr(s) for s in shown)}?)" if shown else ""
+            if canonical not in matches:
+                matches.append(canonical)
+        hint = f" (did you mean {' or '.join(repr(s) for s in matches)}?)" if matches else ""
         raise ConfigError(
-            f"unknown {label} {name!r}{hint}; `gradtx.available({kind!r})` lists them all", path
+            f"unknown {label} {shown(name)}{hint}; `gradtx.available({kind!r})` lists them all",
+            path,
         )
     return entry
 

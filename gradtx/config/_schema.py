@@ -9,12 +9,14 @@ the optimizer is constructed (`_build`), with their messages moved under the con
 from __future__ import annotations
 
 import inspect
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from ._errors import ConfigError, did_you_mean, join
+from ._errors import ConfigError, did_you_mean, join, shown
 from ._kinds import params_of
+from ._limits import INT32_MAX, INT32_MIN
 from ._registry import Entry, lookup
 
 SECTIONS = (
@@ -63,14 +65,9 @@ WEIGHT_DECAY_MODES = ("coupled", "decoupled")
 NONFINITE_ACTIONS = ("zero", "skip")
 
 
-def _shown(value: Any) -> str:
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list | tuple):
-        return "a list"
-    if callable(value):
-        return f"a {type(value).__name__} (configs hold data; name a registered factory)"
-    return repr(value)
+_shown = shown
+# a number given as text: at most this many characters (Python reads longer integers slowly)
+_MAX_NUMBER_TEXT = 100
 
 
 # --------------------------------------------------------------------------------------------
@@ -79,26 +76,45 @@ def _shown(value: Any) -> str:
 
 
 def _number(value: Any, path: str) -> float | int:
+    """A finite number; an integer beyond int32 (which JAX cannot hold) becomes a float."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ConfigError(f"must be a number, got {_shown(value)}", path)
     if isinstance(value, str):
         try:
-            return float(value.strip())
+            if len(value) > _MAX_NUMBER_TEXT:
+                raise ValueError
+            value = float(value.strip())
         except ValueError:
-            raise ConfigError(f"must be a number, got {value!r}", path) from None
+            raise ConfigError(f"must be a number, got {_shown(value)}", path) from None
+    if isinstance(value, int) and not INT32_MIN <= value <= INT32_MAX:
+        try:
+            value = float(value)
+        except OverflowError:
+            raise ConfigError(f"must be a finite number, got {_shown(value)}", path) from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"must be a finite number, got {_shown(value)}", path)
     return value
 
 
 def _int(value: Any, path: str) -> int:
+    """An integer that fits int32, the dtype of every step counter."""
     if isinstance(value, str):
         try:
+            if len(value) > _MAX_NUMBER_TEXT:
+                raise ValueError
             value = float(value.strip()) if any(c in value for c in ".eE") else int(value)
         except ValueError:
-            raise ConfigError(f"must be an integer, got {value!r}", path) from None
+            raise ConfigError(f"must be an integer, got {_shown(value)}", path) from None
     if isinstance(value, float) and value.is_integer():
-        return int(value)
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"must be an integer, got {_shown(value)}", path)
+    if not INT32_MIN <= value <= INT32_MAX:
+        raise ConfigError(
+            f"out of range: must be an int32 (-2**31 .. 2**31 - 1, the range of step counters), "
+            f"got {_shown(value)}",
+            path,
+        )
     return value
 
 
@@ -111,9 +127,9 @@ def _dtype(value: Any, path: str) -> str:
         )
     try:
         return jnp.dtype(value).name
-    except TypeError:
+    except (TypeError, ValueError):
         raise ConfigError(
-            f"must be a dtype name such as 'float32' or 'bfloat16', got {value!r}", path
+            f"must be a dtype name such as 'float32' or 'bfloat16', got {_shown(value)}", path
         ) from None
 
 
@@ -183,14 +199,31 @@ def check_value(kind: str, value: Any, path: str, *, nullable: bool = False) -> 
     if kind == "mapping":
         if not isinstance(value, Mapping):
             raise ConfigError(f"must be a mapping, got {_shown(value)}", path)
-        return {_key(k): v for k, v in value.items()}
+        out = {}
+        for k, v in value.items():
+            key = _key(k, path)
+            if key in out:
+                raise ConfigError(f"duplicate key {_shown(key)} (given as {_shown(k)})", path)
+            out[key] = _mapping_value(v, join(path, key))
+        return out
     return value
 
 
-def _key(key: Any) -> Any:
+def _mapping_value(value: Any, path: str) -> Any:
+    """Integers in a mapping argument count steps (`max_iter`, boundaries): int32 ones."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _int(value, path)
+    if isinstance(value, list | tuple):
+        return [_mapping_value(v, join(path, i)) for i, v in enumerate(value)]
+    return value
+
+
+def _key(key: Any, path: str) -> Any:
     """Mapping keys: integer strings become ints (JSON has only string keys)."""
     if isinstance(key, str) and re.fullmatch(r"-?\d+", key.strip()):
-        return int(key)
+        return _int(key, join(path, key))
+    if isinstance(key, int) and not isinstance(key, bool):
+        return _int(key, join(path, key))
     return key
 
 
@@ -218,14 +251,14 @@ def _hyperparameters(
             continue
         where = join(path, key)
         if not isinstance(key, str):
-            raise ConfigError(f"keys must be strings, got {key!r}", path)
+            raise ConfigError(f"keys must be strings, got {_shown(key)}", path)
         param = params.get(key)
         if param is None:
             if var_kw:
                 out[key] = value
                 continue
             raise ConfigError(
-                f"{entry.name} has no hyperparameter {key!r}{did_you_mean(key, params)}; its "
+                f"{entry.name} has no hyperparameter {_shown(key)}{did_you_mean(key, params)}; its "
                 f"hyperparameters are {list(params)}",
                 where,
             )
@@ -274,7 +307,7 @@ def validate_section_keys(
     for key, item in value.items():
         if key not in keys:
             raise ConfigError(
-                f"unknown key {key!r}{did_you_mean(key, keys)}; the keys are {list(keys)}",
+                f"unknown key {_shown(key)}{did_you_mean(key, keys)}; the keys are {list(keys)}",
                 join(path, key),
             )
         kind, _, _ = keys[key]
@@ -292,7 +325,7 @@ def _section(name: str, value: Any) -> dict[str, Any]:
     if name == "weight_decay" and out["mode"] not in WEIGHT_DECAY_MODES:
         raise ConfigError(
             f"must be 'coupled' (L2 added to the gradient before the solver) or 'decoupled' "
-            f"(AdamW-style, scaled by the learning rate), got {out['mode']!r}"
+            f"(AdamW-style, scaled by the learning rate), got {_shown(out['mode'])}"
             f"{did_you_mean(out['mode'], WEIGHT_DECAY_MODES)}",
             "weight_decay.mode",
         )
@@ -303,7 +336,7 @@ def _section(name: str, value: Any) -> dict[str, Any]:
         if action not in NONFINITE_ACTIONS:
             raise ConfigError(
                 f"must be 'zero' (replace NaN/Inf elements by 0) or 'skip' (skip the step), got "
-                f"{action!r}{did_you_mean(action, NONFINITE_ACTIONS)}",
+                f"{_shown(action)}{did_you_mean(action, NONFINITE_ACTIONS)}",
                 "nonfinite.action",
             )
         if action == "skip" and out.get("max_consecutive_errors") is None:
@@ -318,9 +351,9 @@ def _section(name: str, value: Any) -> dict[str, Any]:
         for pattern, factor in out["rules"].items():
             if not isinstance(pattern, str):
                 raise ConfigError(
-                    f"patterns must be strings, got {pattern!r}", "lr_multipliers.rules"
+                    f"patterns must be strings, got {_shown(pattern)}", "lr_multipliers.rules"
                 )
-            out["rules"][pattern] = _number(factor, f"lr_multipliers.rules[{pattern!r}]")
+            out["rules"][pattern] = _number(factor, f"lr_multipliers.rules[{_shown(pattern)}]")
     return out
 
 
@@ -348,9 +381,9 @@ def validate(raw: Mapping[str, Any]) -> dict[str, Any]:
     for key in raw:
         if key not in SECTIONS:
             raise ConfigError(
-                f"unknown section {key!r}{did_you_mean(str(key), SECTIONS)}; the sections are "
+                f"unknown section {_shown(key)}{did_you_mean(key, SECTIONS)}; the sections are "
                 f"{list(SECTIONS)}",
-                str(key),
+                join("", key),
             )
     if "optimizer" not in raw:
         raise ConfigError(

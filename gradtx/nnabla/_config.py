@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..config._errors import ConfigError, did_you_mean, join
+from ..config._errors import ConfigError, did_you_mean, join, shown
 from ..config._from_config import ConfiguredOptimizer, from_dialect
 from ..config._load import read
 from ._nntxt import LOOP_FIELDS, optimizer_message
@@ -233,8 +233,8 @@ def _scalar(value: Any, default: Any, path: str) -> Any:
     or a list is refused here (gradtx would read a mapping as a schedule block)."""
     if isinstance(value, Mapping | list | tuple):
         wanted = "true or false" if isinstance(default, bool) else "a number"
-        shown = "a mapping" if isinstance(value, Mapping) else "a list"
-        raise ConfigError(f"must be {wanted}, got {shown}", path)
+        got = "a mapping" if isinstance(value, Mapping) else "a list"
+        raise ConfigError(f"must be {wanted}, got {got}", path)
     return value
 
 
@@ -252,10 +252,10 @@ def _trained(multiplier: Any) -> Any:
 def _pattern(name: Any, path: str) -> str:
     """nnabla's variable-name prefix (`re.match`) as a glob on parameter paths."""
     if not isinstance(name, str) or not name:
-        raise ConfigError(f"must be a variable name, got {name!r}", path)
+        raise ConfigError(f"must be a variable name, got {shown(name)}", path)
     if re.search(r"[\\^$|?*+()\[\]{}]", name):
         raise ConfigError(
-            f"{name!r} is a regular expression; give the variable name or its prefix (gradtx "
+            f"{shown(name)} is a regular expression; give the variable name or its prefix (gradtx "
             "matches parameter paths by glob patterns, see docs/patterns.md)",
             path,
         )
@@ -274,7 +274,7 @@ def _multipliers(entries: Any, apply: bool, paths: dict[str, str]) -> dict[str, 
         for key in entry:
             if key not in ("variable_name", "learning_rate_multiplier"):
                 raise ConfigError(
-                    f"unknown field {key!r}; the fields are variable_name, "
+                    f"unknown field {shown(key)}; the fields are variable_name, "
                     "learning_rate_multiplier",
                     join(where, key),
                 )
@@ -282,7 +282,7 @@ def _multipliers(entries: Any, apply: bool, paths: dict[str, str]) -> dict[str, 
         mult = entry.get("learning_rate_multiplier", 0.0)
         rules.pop(pattern, None)
         rules[pattern] = mult if apply else _trained(mult)
-        paths[f"lr_multipliers.rules[{pattern!r}]"] = join(where, "learning_rate_multiplier")
+        paths[f"lr_multipliers.rules[{shown(pattern)}]"] = join(where, "learning_rate_multiplier")
     # nnabla: a later entry overrides an earlier one for the same variable -> first match wins
     return {"rules": dict(reversed(list(rules.items()))), "default": 0.0, "strict": False}
 
@@ -296,16 +296,19 @@ def _learning_rate(solver: Mapping[str, Any], init_lr: Any, comm_size: int) -> A
     if isinstance(kind, str):  # otherwise the config layer names the wrong type
         for name in _SCHEDULER_BLOCKS.values():
             if name in solver and _SCHEDULER_BLOCKS.get(kind) != name:
-                raise ConfigError(f"unused: lr_scheduler_type is {kind!r}", join("solver", name))
+                raise ConfigError(
+                    f"unused: lr_scheduler_type is {shown(kind)}", join("solver", name)
+                )
         if kind != "" and not (_is(decay, 0, 1) and _is(interval, 0, 1)):
             raise ConfigError(
                 f"unused: nnabla reads lr_decay / lr_decay_interval only when lr_scheduler_type "
-                f"is '' (here {kind!r}); remove them",
+                f"is '' (here {shown(kind)}); remove them",
                 "solver.lr_decay",
             )
     if "linear_warmup_scheduler_param" in solver and isinstance(warm, str) and warm != "Linear":
         raise ConfigError(
-            f"unused: lr_warmup_scheduler_type is {warm!r}", "solver.linear_warmup_scheduler_param"
+            f"unused: lr_warmup_scheduler_type is {shown(warm)}",
+            "solver.linear_warmup_scheduler_param",
         )
     if kind == "" and warm == "" and _is(decay, 0) and _is(interval, 0) and comm_size == 1:
         return init_lr
@@ -326,9 +329,11 @@ def _solver(solver: Mapping[str, Any], comm_size: int) -> tuple[dict[str, Any], 
     """(optimizer block, weight_decay section or {}, config path -> nnabla field)."""
     kind = solver.get("type")
     if not isinstance(kind, str | None):
-        raise ConfigError(f"must be a solver type name such as 'Adam', got {kind!r}", "solver.type")
+        raise ConfigError(
+            f"must be a solver type name such as 'Adam', got {shown(kind)}", "solver.type"
+        )
     if kind not in _SOLVERS:
-        label = "missing" if kind is None else f"unsupported solver type {kind!r}"
+        label = "missing" if kind is None else f"unsupported solver type {shown(kind)}"
         raise ConfigError(
             f"{label}{did_you_mean(kind, SOLVER_TYPES) if kind else ''}; the types are "
             f"{SOLVER_TYPES}",
@@ -341,11 +346,12 @@ def _solver(solver: Mapping[str, Any], comm_size: int) -> tuple[dict[str, Any], 
             continue
         if isinstance(key, str) and key.endswith("_param"):
             raise ConfigError(
-                f"unused: the solver type is {kind!r} (its block is {block_name!r})",
+                f"unused: the solver type is {shown(kind)} (its block is {block_name!r})",
                 join("solver", key),
             )
         raise ConfigError(
-            f"unsupported solver field {key!r}{did_you_mean(key, [*_SOLVER_FIELDS, block_name])}",
+            f"unsupported solver field {shown(key)}"
+            f"{did_you_mean(key, [*_SOLVER_FIELDS, block_name])}",
             join("solver", key),
         )
     given = solver.get(block_name, {})
@@ -354,7 +360,7 @@ def _solver(solver: Mapping[str, Any], comm_size: int) -> tuple[dict[str, Any], 
     for key in given:
         if key not in fields:
             raise ConfigError(
-                f"{kind} has no parameter {key!r}{did_you_mean(key, fields)}; its "
+                f"{kind} has no parameter {shown(key)}{did_you_mean(key, fields)}; its "
                 f"parameters are {list(fields)}",
                 f"solver.{block_name}.{key}",
             )
@@ -396,8 +402,10 @@ def nnabla_config(
             raw = optimizer_message(raw, where, name)
     else:
         raw = optimizer_message(*loaded, name)
-    if isinstance(comm_size, bool) or not isinstance(comm_size, int) or comm_size < 1:
-        raise ConfigError(f"from_nnabla: comm_size must be an integer >= 1, got {comm_size!r}")
+    if isinstance(comm_size, bool) or not isinstance(comm_size, int) or not 1 <= comm_size < 2**31:
+        raise ConfigError(
+            f"from_nnabla: comm_size must be an integer in 1 .. 2**31 - 1, got {shown(comm_size)}"
+        )
     if "solver" in raw:
         for key in raw:
             if key in _OPTIMIZER_FIELDS:
@@ -407,7 +415,7 @@ def nnabla_config(
                 if key in LOOP_FIELDS
                 else did_you_mean(key, _OPTIMIZER_FIELDS)
             )
-            raise ConfigError(f"unsupported optimizer field {key!r}{why}", str(key))
+            raise ConfigError(f"unsupported optimizer field {shown(key)}{why}", join("", key))
         solver = raw["solver"]
         if not isinstance(solver, Mapping):
             raise ConfigError("must be a mapping with the solver fields (type, ...)", "solver")

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..config._errors import ConfigError, did_you_mean
+from ..config._errors import ConfigError, did_you_mean, shown
+from ..config._limits import MAX_DEPTH, check_document, int_literal
 from ..config._load import read_text
 
 SUFFIXES = (".nntxt", ".prototxt")
@@ -74,6 +75,7 @@ class _Parser:
                 self.tokens.append((kind, m.group(), pos))
             pos = m.end()
         self.i = 0
+        self.fields: list[str] = []  # the field path of the message being read
 
     def fail(self, offset: int, message: str) -> NoReturn:
         line = self.text.count("\n", 0, offset) + 1
@@ -107,7 +109,9 @@ class _Parser:
             if kind != "word":
                 self.fail(offset, f"expected a field name, got {text!r}")
             self.i += 1
+            self.fields.append(text)
             self._add(out, text, self.field_value())
+            self.fields.pop()
             if self.peek()[1] in (";", ","):
                 self.i += 1
         return {k: (v if k in _REPEATED or len(v) > 1 else v[0]) for k, v in out.items()}
@@ -137,7 +141,13 @@ class _Parser:
 
     def message_or_scalar(self) -> Any:
         if self.peek()[1] in ("{", "<"):
-            text = self.take()[1]
+            _, text, offset = self.take()
+            if len(self.fields) > MAX_DEPTH:
+                self.fail(
+                    offset,
+                    f"messages nested deeper than {MAX_DEPTH} levels (at "
+                    f"{'.'.join(self.fields[:MAX_DEPTH])}...)",
+                )
             return self.message("}" if text == "{" else ">")
         return self.scalar()
 
@@ -151,7 +161,7 @@ class _Parser:
         if kind == "number":
             body = text.rstrip("fF")
             if re.fullmatch(r"[-+]?\d+", body):
-                return int(body)
+                return int_literal(body)
             return float(body)
         if kind == "word":
             if text in _WORDS:
@@ -192,12 +202,20 @@ def optimizer_message(doc: Mapping[str, Any], where: str, name: str | None) -> d
     only one) of a whole `NNablaProtoBuf`, or an `Optimizer` / `Solver` message itself; without
     the training-loop fields (`LOOP_FIELDS`)."""
     if "optimizer" in doc:
-        optimizers = [o for o in doc["optimizer"] if isinstance(o, Mapping)]
+        field = doc["optimizer"]
+        if isinstance(field, Mapping):
+            field = [field]
+        if not isinstance(field, list | tuple):
+            raise ConfigError(
+                f"must be an Optimizer message (a mapping) or a list of them, got {shown(field)}",
+                "optimizer",
+            )
+        optimizers = [o for o in field if isinstance(o, Mapping)]
         names = [str(o.get("name", "")) for o in optimizers]
         if name is not None:
             if name not in names:
                 raise ConfigError(
-                    f"{where}: no optimizer named {name!r}{did_you_mean(name, names)}; the "
+                    f"{where}: no optimizer named {shown(name)}{did_you_mean(name, names)}; the "
                     f"file's optimizers are {names}"
                 )
             chosen = optimizers[names.index(name)]
@@ -210,12 +228,16 @@ def optimizer_message(doc: Mapping[str, Any], where: str, name: str | None) -> d
                 if optimizers
                 else f"{where}: the file's optimizer field holds no message"
             )
-        return {k: v for k, v in chosen.items() if k not in LOOP_FIELDS}
+        message = {k: v for k, v in chosen.items() if k not in LOOP_FIELDS}
+        check_document(message)
+        return message
     if name is not None:
         raise ConfigError(
-            f"{where}: name={name!r} picks an optimizer of a whole file; this has none"
+            f"{where}: name={shown(name)} picks an optimizer of a whole file; this has none"
         )
-    return {k: v for k, v in doc.items() if k not in LOOP_FIELDS}
+    message = {k: v for k, v in doc.items() if k not in LOOP_FIELDS}
+    check_document(message)
+    return message
 
 
 __all__ = ["LOOP_FIELDS", "SUFFIXES", "load", "looks_like_nntxt", "optimizer_message", "parse"]

@@ -16,10 +16,11 @@ its messages name the RETURNN option a value came from (`gradient_clip_global_no
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..config._errors import ConfigError, did_you_mean, join
+from ..config._errors import ConfigError, did_you_mean, join, shown
 from ..config._from_config import ConfiguredOptimizer, from_dialect
 from ..config._load import read
 
@@ -95,8 +96,8 @@ def _scalar(value: Any, path: str) -> Any:
     """RETURNN's learning rate and momentum are numbers: a mapping or a list is refused here
     (gradtx would read a mapping as a schedule block)."""
     if isinstance(value, Mapping | list | tuple):
-        shown = "a mapping" if isinstance(value, Mapping) else "a list"
-        raise ConfigError(f"must be a number, got {shown}", path)
+        got = "a mapping" if isinstance(value, Mapping) else "a list"
+        raise ConfigError(f"must be a number, got {got}", path)
     return value
 
 
@@ -116,14 +117,14 @@ def _scaled(lr: Any, mult: Any, paths: dict[str, str]) -> Any:
 
 def _class_name(value: Any, path: str) -> str:
     if not isinstance(value, str):
-        raise ConfigError(f"must be a class name such as 'adam', got {value!r}", path)
+        raise ConfigError(f"must be a class name such as 'adam', got {shown(value)}", path)
     key = value.lower().replace("_", "")
     if key.endswith("optimizer") and key != "optimizer":
         key = key[: -len("optimizer")]
     if key not in _CLASSES:
         raise ConfigError(
-            f"unsupported optimizer class {value!r}{did_you_mean(key, CLASSES)}; the classes are "
-            f"{CLASSES}",
+            f"unsupported optimizer class {shown(value)}{did_you_mean(key, CLASSES)}; the classes "
+            f"are {CLASSES}",
             path,
         )
     return key
@@ -137,14 +138,16 @@ def returnn_config(config: Any) -> tuple[dict[str, Any], dict[str, str]]:
         if key not in _SUPPORTED:
             why = _WHY.get(str(key))
             hint = f" ({why})" if why else did_you_mean(key, _SUPPORTED)
-            raise ConfigError(f"unsupported RETURNN option {key!r}{hint}", str(key))
+            raise ConfigError(f"unsupported RETURNN option {shown(key)}{hint}", join("", key))
     if "optimizer" not in raw:
         raise ConfigError("missing: give optimizer={'class': 'adam', ...}", "optimizer")
     opt = raw["optimizer"]
     if isinstance(opt, str):
         opt = {"class": opt}
     if not isinstance(opt, Mapping):
-        raise ConfigError(f"must be a class name or a dict with 'class', got {opt!r}", "optimizer")
+        raise ConfigError(
+            f"must be a class name or a dict with 'class', got {shown(opt)}", "optimizer"
+        )
     if "class" not in opt:
         raise ConfigError("missing: the optimizer dict needs 'class'", "optimizer.class")
     key = _class_name(opt["class"], "optimizer.class")
@@ -168,7 +171,7 @@ def returnn_config(config: Any) -> tuple[dict[str, Any], dict[str, str]]:
             continue
         if item not in kwargs:
             raise ConfigError(
-                f"{opt['class']} takes no option {item!r}"
+                f"{opt['class']} takes no option {shown(item)}"
                 f"{did_you_mean(item, [*kwargs, 'learning_rate_multiplier'])}; its options "
                 f"are {[*kwargs, 'learning_rate_multiplier']}",
                 where,
@@ -182,7 +185,9 @@ def returnn_config(config: Any) -> tuple[dict[str, Any], dict[str, str]]:
     momentum = raw.get("momentum")
     if momentum is not None:
         if "momentum" not in kwargs.values():
-            raise ConfigError(f"unused: the class {opt['class']!r} takes no momentum", "momentum")
+            raise ConfigError(
+                f"unused: the class {shown(opt['class'])} takes no momentum", "momentum"
+            )
         if "momentum" not in block and not _is(momentum, 0):
             block["momentum"] = _scalar(momentum, "momentum")
             paths["optimizer.momentum"] = "momentum"
@@ -213,10 +218,18 @@ def returnn_config(config: Any) -> tuple[dict[str, Any], dict[str, str]]:
         elif std < 0:  # its square, the variance, would hide the sign
             raise ConfigError(f"must be >= 0, got {std}", "gradient_noise")
         elif std > 0:
-            out["noise"] = {"eta": std**2, "gamma": 0.0, "truncation": 2.0}
+            variance = std * std
+            if not math.isfinite(variance):  # its square, the variance, must be a float too
+                raise ConfigError(
+                    f"out of range: the noise variance, its square, overflows; got {shown(sigma)}",
+                    "gradient_noise",
+                )
+            out["noise"] = {"eta": variance, "gamma": 0.0, "truncation": 2.0}
     nan_filter = raw.get("gradient_nan_inf_filter", False)
     if not isinstance(nan_filter, bool):  # a flag with no config value to hand it on as
-        raise ConfigError(f"must be true or false, got {nan_filter!r}", "gradient_nan_inf_filter")
+        raise ConfigError(
+            f"must be true or false, got {shown(nan_filter)}", "gradient_nan_inf_filter"
+        )
     if nan_filter:
         out["nonfinite"] = {"action": "zero"}
     k = raw.get("accum_grad_multiple_step")

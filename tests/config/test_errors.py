@@ -82,7 +82,7 @@ CASES = [
     (
         "negative-learning-rate",
         opt(learning_rate=-1.0),
-        r"^optimizer\.learning_rate: must be >= 0, got -1\.0",
+        r"^optimizer\.learning_rate: must be (finite and )?>= 0, got -1\.0",
     ),
     (
         "learning-rate-list",
@@ -150,7 +150,7 @@ CASES = [
     (
         "weight-decay-negative",
         {**opt(), "weight_decay": {"rate": -0.1, "mode": "coupled"}},
-        r"^weight_decay\.rate: must be >= 0, got -0\.1",
+        r"^weight_decay\.rate: must be (finite and )?>= 0, got -0\.1",
     ),
     (
         "decoupled-without-learning-rate",
