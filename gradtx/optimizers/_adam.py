@@ -9,8 +9,7 @@ Adam variants are in `_adam_variants.py`.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from .._base._checks import alias_errors
 from .._base._typing import ArrayLike, ScalarOrSchedule
@@ -19,38 +18,6 @@ from ..transforms import _decay
 from ..transforms._adam import scale_by_adam
 from ..transforms._scaling import scale_by_learning_rate
 from ..tree._patterns import MaskOrFn
-
-_F = TypeVar("_F", bound=Callable[..., GradientTransformation])
-
-
-def _specialise(
-    alias: _F, name: str, *, doc: str, renamed: Mapping[str, str] | None = None, **fixed: Any
-) -> _F:
-    """`functools.partial(alias, **fixed)` as a public alias `name`: `alias`'s signature with the
-    `fixed` values as its defaults (still overridable), its own docstring, and construction
-    errors that name `name` (`alias_errors`, with `renamed`), not `alias`."""
-    body = inspect.unwrap(alias)  # the undecorated alias: its errors get `name` only
-    signature = inspect.signature(body)
-    signature = signature.replace(
-        parameters=[
-            p.replace(default=fixed[p.name]) if p.name in fixed else p
-            for p in signature.parameters.values()
-        ]
-    )
-
-    def specialised(*args: Any, **kwargs: Any) -> GradientTransformation:
-        try:
-            bound = signature.bind(*args, **kwargs)
-        except TypeError as e:  # as Python words it for a plain function
-            raise TypeError(f"{name}() {e}") from None
-        bound.apply_defaults()
-        return body(*bound.args, **bound.kwargs)
-
-    specialised.__name__ = specialised.__qualname__ = name
-    specialised.__doc__ = doc
-    specialised.__signature__ = signature  # type: ignore[attr-defined]
-    specialised.__annotations__ = dict(body.__annotations__)
-    return alias_errors(renamed=renamed)(specialised)  # type: ignore[return-value]
 
 
 @alias_errors
@@ -176,11 +143,19 @@ def adamw(
     )
 
 
-nadam = _specialise(
-    adam,
-    "nadam",
-    nesterov=True,
-    doc=r"""NAdam: Adam with Nesterov momentum; `adam(..., nesterov=True)`.
+@alias_errors
+def nadam(
+    learning_rate: ScalarOrSchedule,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    mu_dtype: Any = None,
+    *,
+    nesterov: bool = True,
+    nu_dtype: Any = None,
+) -> GradientTransformation:
+    r"""NAdam: Adam with Nesterov momentum; `adam(..., nesterov=True)`.
 
     .. math::
 
@@ -212,16 +187,29 @@ nadam = _specialise(
       [-0.1474  0.1474]
 
     Reference: Dozat, "Incorporating Nesterov Momentum into Adam" (ICLR 2016 workshop).
-    """,
-)
+    """
+    # `adam` with another default (Optax: `functools.partial(adam, nesterov=True)`); the
+    # undecorated `adam`, so that its errors name `nadam` alone
+    return _adam(
+        learning_rate, b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov, nu_dtype=nu_dtype
+    )
 
 
-nadamw = _specialise(
-    adamw,
-    "nadamw",
-    renamed={"weight_decay: rate": "weight_decay"},
-    nesterov=True,
-    doc=r"""NAdamW: NAdam with decoupled weight decay; `adamw(..., nesterov=True)`.
+@alias_errors(renamed={"weight_decay: rate": "weight_decay"})
+def nadamw(
+    learning_rate: ScalarOrSchedule,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-8,
+    eps_root: ArrayLike = 0.0,
+    mu_dtype: Any = None,
+    weight_decay: ScalarOrSchedule = 1e-4,
+    mask: MaskOrFn | None = None,
+    *,
+    nesterov: bool = True,
+    nu_dtype: Any = None,
+) -> GradientTransformation:
+    r"""NAdamW: NAdam with decoupled weight decay; `adamw(..., nesterov=True)`.
 
     .. math::
 
@@ -255,8 +243,24 @@ nadamw = _specialise(
       Array([-0.05, -0.05], dtype=float32)
 
     Reference: Dozat (2016); Loshchilov & Hutter (ICLR 2019).
-    """,
-)
+    """
+    # `adamw` with another default (Optax: `functools.partial(adamw, nesterov=True)`)
+    return _adamw(
+        learning_rate,
+        b1,
+        b2,
+        eps,
+        eps_root,
+        mu_dtype,
+        weight_decay,
+        mask,
+        nesterov=nesterov,
+        nu_dtype=nu_dtype,
+    )
+
+
+_adam = inspect.unwrap(adam)
+_adamw = inspect.unwrap(adamw)
 
 
 __all__ = ["adam", "adamw", "nadam", "nadamw"]

@@ -17,12 +17,12 @@ def mesh_4x2() -> jax.sharding.Mesh:
 # FSDP: sharded over "data"; tensor parallel: over "model"; replicated: ZeRO-1 shards its state.
 SPECS = {
     "fsdp": {"w": P("data", None)},
-    "tp": {"w": P(None, "model"), "b": P("model")},
+    "tp": {"w": P(None, "model"), "bias": P("model")},
     "rep": {"w": P(), "odd": P()},
 }
 SHAPES = {
     "fsdp": {"w": (16, 8)},
-    "tp": {"w": (8, 16), "b": (16,)},
+    "tp": {"w": (8, 16), "bias": (16,)},
     "rep": {"w": (8, 8), "odd": (3, 5)},
 }
 

@@ -46,7 +46,7 @@ def test_zero1_shards_every_moment_over_the_data_axis():
     mu = specs_of(sh[0].mu)
     assert mu["fsdp"]["w"] == ("data", None)  # already sharded over "data": its own spec
     assert mu["tp"]["w"] == ("data", "model")  # the free dimension
-    assert mu["tp"]["b"] == (("model", "data"),)  # no free dimension: added to the sharded one
+    assert mu["tp"]["bias"] == (("model", "data"),)  # no free dimension: added to the sharded one
     assert mu["rep"]["w"] == ("data",)  # replicated params, sharded state
     assert mu["rep"]["odd"] == ()  # no dimension divides by 4: said in the warning
     rows = {
@@ -185,7 +185,7 @@ def test_sharded_update_needs_no_gather_and_zero1_gathers_only_the_updates():
         )
         if not m.is_equivalent_to(q, x.ndim)
     ]
-    assert split == ["rep/w", "tp/b", "tp/w"]
+    assert split == ["rep/w", "tp/bias", "tp/w"]
     assert 1 <= zero["all-gather"] <= len(split), zero
     assert zero["all-to-all"] == zero["all-reduce"] == zero["reduce-scatter"] == 0, zero
 
