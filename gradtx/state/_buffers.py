@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._base._checks import HyperparameterError
 from .._base._numerics import widen
 from ._quantize import decode, encode, is_quantized, is_quantized_dtype
 
@@ -68,21 +69,30 @@ def check_float_dtype(who: str, name: str, dtype: Any) -> None:
     """
     if dtype is None:
         return
+    requirement = "a floating-point dtype"
     if is_quantized_dtype(dtype):
-        raise ValueError(
-            f"{who}: {name} must be a floating-point dtype, got {dtype!r}: 8-bit storage is "
-            "for the moment buffers that take it (mu_dtype / nu_dtype of the moment-based "
-            "optimizers), not for sums or copies, which it would round at every step; "
-            "jnp.bfloat16 halves this buffer instead"
+        raise HyperparameterError(
+            who,
+            name,
+            dtype,
+            requirement,
+            got=repr(dtype),
+            note=": 8-bit storage is for the moment buffers that take it (mu_dtype / nu_dtype "
+            "of the moment-based optimizers), not for sums or copies, which it would round at "
+            "every step; jnp.bfloat16 halves this buffer instead",
         )
     try:
         np.dtype(dtype)
     except TypeError:
-        raise ValueError(f"{who}: {name} must be a floating-point dtype, got {dtype!r}") from None
+        raise HyperparameterError(who, name, dtype, requirement, got=repr(dtype)) from None
     if not jnp.issubdtype(np.dtype(dtype), jnp.inexact):  # float, bfloat16, float8, complex
-        raise ValueError(
-            f"{who}: {name} must be a floating-point dtype (e.g. jnp.float32 or jnp.bfloat16), "
-            f"got {np.dtype(dtype).name}: an integer buffer would truncate the state"
+        raise HyperparameterError(
+            who,
+            name,
+            dtype,
+            f"{requirement} (e.g. jnp.float32 or jnp.bfloat16)",
+            got=np.dtype(dtype).name,
+            note=": an integer buffer would truncate the state",
         )
 
 
@@ -93,7 +103,6 @@ def check_moment_dtype(who: str, name: str, dtype: Any) -> None:
         return
     try:
         check_float_dtype(who, name, dtype)
-    except ValueError as error:
-        raise ValueError(
-            f"{error}; for 8-bit storage pass {name}=gradtx.quantized() instead"
-        ) from None
+    except HyperparameterError as error:
+        note = f"{error.note}; for 8-bit storage pass {name}=gradtx.quantized() instead"
+        raise error.replace(note=note) from None
