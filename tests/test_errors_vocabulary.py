@@ -293,3 +293,18 @@ def test_rprop_requires_eta_minus_below_one_below_eta_plus(kwargs, message):
 def test_rprop_accepts_torchs_defaults():
     tx = gradtx.rprop(1e-3, eta_minus=0.5, eta_plus=1.2)
     tx.update(PARAMS, tx.init(PARAMS))
+
+
+class _CodeError(ValueError):
+    """A user's error whose __init__ takes other arguments than its message."""
+
+    def __init__(self, code, detail):
+        super().__init__(f"code {code}: {detail}")
+        self.code = code
+
+
+def test_an_error_that_cannot_be_copied_is_raised_as_it_is():
+    from gradtx._base._checks import in_context
+
+    error = _CodeError(7, "bad")
+    assert in_context("lars", error) is error

@@ -138,8 +138,11 @@ def in_context(who: str, error: BaseException) -> BaseException:
         return error
     if isinstance(error, HyperparameterError):
         return error.replace(within=(who, *error.within))
-    new = copy.copy(error)
-    new.args = (f"{who}: {error}", *error.args[1:])
+    try:  # an exception whose __init__ takes other arguments may not rebuild from its args
+        new = copy.copy(error)
+        new.args = (f"{who}: {error}", *error.args[1:])
+    except Exception:
+        return error  # raised as it is, never replaced by an error of the copy
     return new
 
 

@@ -327,8 +327,30 @@ def _as_bool(who: str, value: Any, path: str) -> bool:
     return bool(arr)
 
 
+def _is_bool_value(x: Any) -> bool:
+    """A Python / NumPy bool, or a concrete 0-d boolean array (`jnp.array(True)`)."""
+    if isinstance(x, bool | np.bool_):
+        return True
+    return (
+        isinstance(x, np.ndarray | jax.Array)
+        and not isinstance(x, jax.core.Tracer)
+        and x.ndim == 0
+        and x.dtype == np.bool_
+    )
+
+
 def _is_prefix_bool_tree(mask: Any) -> bool:
-    return all(isinstance(x, bool | np.bool_) for x in jax.tree.leaves(mask))
+    return all(_is_bool_value(x) for x in jax.tree.leaves(mask))
+
+
+def is_tree_not_function(value: Any, params: Params) -> bool:
+    """Whether a callable `value` is meant as a tree (of mask values or labels), not as a function
+    of the params: it is a pytree with leaves (an Equinox-like module defining `__call__`, not a
+    plain function or `functools.partial` / `jax.tree_util.Partial`) whose structure is that of
+    `params` or a prefix of it (Optax issue #913)."""
+    if isinstance(value, functools.partial | jax.tree_util.Partial) or _is_tree_leaf(value):
+        return False
+    return bool(jax.tree.leaves(value)) and _prefix_difference(value, params, ()) is None
 
 
 def resolve_mask(who: str, mask: MaskOrFn, params: Params, *, strict: bool = True) -> Any:
@@ -339,7 +361,9 @@ def resolve_mask(who: str, mask: MaskOrFn, params: Params, *, strict: bool = Tru
 
     Args:
       who: the transformation, for error messages.
-      mask: boolean tree (or prefix), callable of params, or glob pattern(s).
+      mask: boolean tree (or prefix; a 0-d boolean array counts as a bool), callable of params,
+        or glob pattern(s). A callable pytree whose structure is a prefix of the params (an
+        Equinox-like module) is a tree, not a function (see `is_tree_not_function`).
       params: the parameters (or updates) the mask refers to.
       strict: for patterns, a positive pattern that matches nothing raises a `ValueError` listing
         the available paths.
@@ -347,7 +371,7 @@ def resolve_mask(who: str, mask: MaskOrFn, params: Params, *, strict: bool = Tru
     if _is_patterns(mask):
         patterns = _as_patterns(who, cast(Sequence[str], mask))
         return jax.tree.structure(params).unflatten(_select(who, patterns, paths(params), strict))
-    if callable(mask):
+    if callable(mask) and not is_tree_not_function(mask, params):
         mask = mask(params)
     if not _is_prefix_bool_tree(mask):
         assert_same_structure(who, params=params, mask=mask)
@@ -363,6 +387,7 @@ __all__ = [
     "MaskOrFn",
     "broadcast_prefix",
     "glob_matches",
+    "is_tree_not_function",
     "match",
     "resolve_mask",
     "resolve_rules",

@@ -16,6 +16,7 @@ from .._base._typing import PyTree
 from ..core._transformation import GradientTransformation, _as_transformation
 from ..core._transformation import forward_extra_args as _accepting_extra_args
 from ..tree import broadcast_prefix
+from ..tree._patterns import is_tree_not_function
 from ._partition import multi_transform
 
 _is_none = lambda x: x is None
@@ -92,7 +93,8 @@ def partition(
         txs = {label: _mask_extra_args(tx) for label, tx in txs.items()}
 
     def labels_for(tree: PyTree) -> PyTree:
-        spec = param_labels(tree) if callable(param_labels) else param_labels
+        call = callable(param_labels) and not is_tree_not_function(param_labels, tree)
+        spec = param_labels(tree) if call else param_labels
         return broadcast_prefix(spec, tree, who=who, what="param_labels")
 
     with error_context(who):

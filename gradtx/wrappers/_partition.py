@@ -1,9 +1,10 @@
 """Different transformations for different parts of the parameter tree.
 
 `multi_transform`, `masked`, `freeze` and `lr_multipliers` run an inner transformation on a
-*pruned* tree: the leaves it does not own are None, so its state keeps no buffer for them.
-Labels, masks and multipliers are resolved at trace time into Python values per leaf (by the
-pattern language of `gradtx/_masking.py`); errors in them are raised by `init`.
+*pruned* tree: the leaves it does not own are None (a whole tree that is one such leaf is
+`MaskedNode()`, never None, so given params always reach it), so its state keeps no buffer for
+them. Labels, masks and multipliers are resolved at trace time into Python values per leaf (by the
+pattern language of `gradtx/tree/_patterns.py`); errors in them are raised by `init`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,13 @@ from ..core._transformation import (
     stateless,
 )
 from ..tree._paths import assert_same_structure, map_with_path
-from ..tree._patterns import MaskOrFn, broadcast_prefix, resolve_mask, resolve_rules
+from ..tree._patterns import (
+    MaskOrFn,
+    broadcast_prefix,
+    is_tree_not_function,
+    resolve_mask,
+    resolve_rules,
+)
 from ._common import pick, prune
 
 
@@ -38,6 +45,19 @@ class MultiTransformState(NamedTuple):
     inner_states: dict[Hashable, OptState]  # label -> state of that label's transformation
 
 
+class MaskedNode(NamedTuple):
+    """An empty tree: what an inner transformation gets for a tree that is a single leaf it does
+    not own (a pruned single array would be None, which is also "no params given"). As Optax's
+    `MaskedNode`, it has no leaves, so the inner state keeps nothing for it."""
+
+
+def _pruned(tree: Any, keep: Any) -> Any:
+    """`tree` with the leaves not kept replaced by None, or `MaskedNode()` when that is all of it
+    (a single pruned leaf), so that given params never reach the inner transformation as None."""
+    out = prune(tree, keep)
+    return MaskedNode() if out is None and tree is not None else out
+
+
 def _check_params(who: str, updates: Any, params: Any) -> None:
     if params is not None:
         assert_same_structure(who, updates=updates, params=params)
@@ -47,9 +67,9 @@ def _run_on(who, update_fn, keep, updates, inner_state, params, extra_args):
     """The inner update on the leaves where `keep` is True; returns (pruned updates, state)."""
     with error_context(who):
         return update_fn(
-            prune(updates, keep),
+            _pruned(updates, keep),
             inner_state,
-            None if params is None else prune(params, keep),
+            None if params is None else _pruned(params, keep),
             **extra_args,
         )
 
@@ -139,7 +159,8 @@ def multi_transform(
         - a tree of labels with the params' structure, or a prefix of it
           (`{"encoder": "adam", "head": "sgd"}` labels whole subtrees). A dict is always such a
           tree, never a set of patterns;
-        - a function `params -> such a tree`;
+        - a function `params -> such a tree` (a callable pytree shaped like such a tree, e.g. an
+          Equinox-like module, is the tree itself);
         - `gradtx.labels_by_pattern({...})`: glob patterns on '/'-joined parameter paths ->
           label, e.g. `labels_by_pattern({"**/bias": "no_decay", "**": "main"})` (first match
           wins; see docs/patterns.md).
@@ -185,7 +206,11 @@ def multi_transform(
         )
 
     def labels_of(tree):
-        if callable(param_labels) and not isinstance(param_labels, Mapping):
+        if (
+            callable(param_labels)
+            and not isinstance(param_labels, Mapping)
+            and not is_tree_not_function(param_labels, tree)
+        ):
             with error_context(who):
                 spec = param_labels(tree)
         else:
@@ -232,7 +257,7 @@ def multi_transform(
         states = {}
         for label, tx in txs.items():
             with error_context(f"{who}[{label!r}]"):
-                states[label] = tx.init(prune(params, keep_for(per_leaf, label)))
+                states[label] = tx.init(_pruned(params, keep_for(per_leaf, label)))
         return MultiTransformState(inner_states=states)
 
     def update(updates, state, params=None, **extra_args):
@@ -310,7 +335,7 @@ def masked(
     def init(params):
         keep = resolve_mask(who, mask, params, strict=strict)
         with error_context(who):
-            return MaskedState(inner_state=tx.init(prune(params, keep)))
+            return MaskedState(inner_state=tx.init(_pruned(params, keep)))
 
     def update(updates, state, params=None, **extra_args):
         expect_state(who, state, MaskedState)
@@ -364,7 +389,7 @@ def freeze(
 
     def init(params):
         with error_context(who):
-            return MaskedState(inner_state=tx.init(prune(params, trainable(params))))
+            return MaskedState(inner_state=tx.init(_pruned(params, trainable(params))))
 
     def update(updates, state, params=None, **extra_args):
         expect_state(who, state, MaskedState)
@@ -460,7 +485,7 @@ def lr_multipliers(
     def init(params):
         keep = jax.tree.map(lambda m: m != 0, multipliers(params))
         with error_context(who):
-            return MaskedState(inner_state=tx.init(prune(params, keep)))
+            return MaskedState(inner_state=tx.init(_pruned(params, keep)))
 
     def update(updates, state, params=None, **extra_args):
         expect_state(who, state, MaskedState)
@@ -507,6 +532,7 @@ def scale_gradient_by(
 
 __all__ = [
     "LabelsByPattern",
+    "MaskedNode",
     "MaskedState",
     "MultiTransformState",
     "freeze",
