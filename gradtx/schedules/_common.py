@@ -222,14 +222,20 @@ def interpolate_segments(
     skipped); `kind` is "linear" or "cosine" (half-cosine ease between the two values).
     """
     t = step.astype(jnp.float32)
-    b = jnp.asarray(boundaries, jnp.int32)
+    # As floats, so that boundaries may lie past the int32 step range (then never reached).
+    b = jnp.asarray([float(x) for x in boundaries], jnp.float32)
     v = jnp.stack([f32(x) for x in values])
     n = len(boundaries)
     if n == 1:
         return jnp.broadcast_to(v[0], t.shape)
     # Segment i spans [b[i], b[i+1]); the last one is also used past the end (pct clips to 1).
-    idx = jnp.sum(step[..., None] >= b[1:-1], axis=-1) if n > 2 else jnp.zeros_like(step)
-    lo, hi = b[idx].astype(jnp.float32), b[idx + 1].astype(jnp.float32)
+    # It is found by exact int32 comparisons with the inner boundaries that steps can reach.
+    inner = [x for x in boundaries[1:-1] if x <= INT32_MAX]
+    if inner:
+        idx = jnp.sum(step[..., None] >= jnp.asarray(inner, jnp.int32), axis=-1)
+    else:
+        idx = jnp.zeros_like(step)
+    lo, hi = b[idx], b[idx + 1]
     pct = jnp.clip((t - lo) / jnp.maximum(hi - lo, 1.0), 0.0, 1.0)
     pct = jnp.where(hi > lo, pct, 1.0)
     start, end = v[idx], v[idx + 1]

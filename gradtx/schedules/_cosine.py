@@ -8,15 +8,19 @@ from typing import Any
 import jax.numpy as jnp
 
 from .._base._checks import check_in_range, check_int, check_one_of, check_positive
+from .._base._numerics import INT32_MAX
 from .._base._typing import ArrayLike
 from ._common import NamedSchedule, check_steps, f32, interpolate_segments, number
 from ._compose import join
 
 
 def _cosine_factor(elapsed, length: int, exponent: ArrayLike):
-    """:math:`(\\tfrac12 (1 + \\cos(\\pi \\min(\\tau, L) / L)))^p` in float32."""
-    tau = jnp.clip(elapsed, 0, length).astype(jnp.float32)
-    return (0.5 * (1.0 + jnp.cos(jnp.pi * tau / length))) ** f32(exponent)
+    """:math:`(\\tfrac12 (1 + \\cos(\\pi \\min(\\tau, L) / L)))^p` in float32.
+
+    The length enters as a float, so it may exceed the int32 step range (as in Optax).
+    """
+    tau = jnp.clip(jnp.asarray(elapsed).astype(jnp.float32), 0.0, float(length))
+    return (0.5 * (1.0 + jnp.cos(jnp.pi * tau / float(length)))) ** f32(exponent)
 
 
 def cosine_decay(
@@ -31,7 +35,8 @@ def cosine_decay(
 
     Args:
       init_value: :math:`I`.
-      decay_steps: :math:`T` >= 1; the value stays at :math:`\alpha I` after it.
+      decay_steps: :math:`T` >= 1, any size (steps saturate at :math:`2^{31} - 1`, :math:`T`
+        does not); the value stays at :math:`\alpha I` after it.
       alpha: :math:`\alpha`, the final value as a fraction of `init_value`.
       exponent: :math:`p` > 0.
 
@@ -106,11 +111,13 @@ def warmup_cosine_decay(
 
     def fn(step):
         peak, end = f32(peak_value), f32(end_value)
+        init = f32(init_value)
+        ramp = init + (step.astype(jnp.float32) / float(max(warm, 1))) * (peak - init)
+        if warm > INT32_MAX:  # steps saturate at int32's maximum: the warm-up never ends
+            return ramp
         decayed = end + (peak - end) * _cosine_factor(step - warm, total - warm, exponent)
         if warm == 0:
             return decayed
-        init = f32(init_value)
-        ramp = init + (step.astype(jnp.float32) / warm) * (peak - init)
         return jnp.where(step < warm, ramp, decayed)
 
     return NamedSchedule(
@@ -159,7 +166,9 @@ def sgdr_schedule(cosine_kwargs: Iterable[Mapping[str, Any]]) -> NamedSchedule:
         start += int(cycle.arguments["decay_steps"])
     if not cycles:
         raise ValueError(f"{who}: cosine_kwargs must hold at least one cycle, got none")
-    joined = join(cycles, bounds)
+    # Steps saturate at int32's maximum: the cycles that start later are never reached.
+    reached = 1 + sum(b <= INT32_MAX for b in bounds)
+    joined = join(cycles[:reached], bounds[: reached - 1])
     return NamedSchedule(who, joined, cosine_kwargs=[dict(c.arguments) for c in cycles])
 
 
@@ -180,7 +189,8 @@ def sgdr(
       L_k = L\, m^{k}, \quad P_k = P\, d^{k}
 
     where :math:`k` is the current cycle and :math:`t_k` the steps since it began. After the last
-    cycle the value stays at :math:`E`.
+    cycle the value stays at :math:`E`. Steps saturate at :math:`2^{31} - 1`: cycles starting
+    later are never reached.
 
     Args:
       peak_value: :math:`P`, the value at the start of the first cycle.
@@ -202,24 +212,31 @@ def sgdr(
     n = check_steps(who, "num_cycles", num_cycles, minimum=1)
     check_int(who, "cycle_mult", cycle_mult, minimum=1)
     check_in_range(who, "peak_decay", peak_decay, 0.0, float("inf"))
-    lengths = [first * int(cycle_mult) ** k for k in range(n)]
-    starts = [sum(lengths[:k]) for k in range(n)]
-    total = sum(lengths)
-    if total > 2**31 - 1:
-        raise ValueError(
-            f"{who}: the {n} cycles last {total} steps, more than the int32 step range; "
-            "use fewer cycles or a smaller cycle_mult"
-        )
+    # Steps saturate at int32's maximum: only the cycles that start by then are kept, and their
+    # lengths (which may reach past it) enter as floats.
+    lengths: list[int] = []
+    starts: list[int] = []
+    total = 0
+    for k in range(n):
+        if total > INT32_MAX:
+            break
+        lengths.append(first * int(cycle_mult) ** k)
+        starts.append(total)
+        total += lengths[-1]
 
     def fn(step):
-        k = jnp.sum(step[..., None] >= jnp.asarray(starts[1:], jnp.int32), axis=-1) if n > 1 else 0
+        if len(starts) > 1:
+            k = jnp.sum(step[..., None] >= jnp.asarray(starts[1:], jnp.int32), axis=-1)
+        else:
+            k = jnp.zeros_like(step)
         k = jnp.asarray(k, jnp.int32)
-        start = jnp.asarray(starts, jnp.int32)[k]
-        length = jnp.asarray(lengths, jnp.int32)[k].astype(jnp.float32)
-        tau = (step - start).astype(jnp.float32)
+        tau = (step - jnp.asarray(starts, jnp.int32)[k]).astype(jnp.float32)
+        length = jnp.asarray([float(x) for x in lengths], jnp.float32)[k]
         end = f32(end_value)
         peak = f32(peak_value) * f32(peak_decay) ** k.astype(jnp.float32)
         value = end + 0.5 * (peak - end) * (1.0 + jnp.cos(jnp.pi * tau / length))
+        if total > INT32_MAX:  # never over
+            return value
         return jnp.where(step >= total, end, value)
 
     return NamedSchedule(

@@ -16,8 +16,14 @@ from .._base._checks import (
 )
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation, require_params
-from ..tree import add_scale, assert_same_structure, cast_like, vdot, zeros_like
-from ._linesearch import check_at_least, require_objective, value_dtype, value_fn_kwargs
+from ..tree import add_scale, assert_same_structure, cast_like, zeros_like
+from ._linesearch import (
+    check_at_least,
+    real_vdot,
+    require_objective,
+    value_dtype,
+    value_fn_kwargs,
+)
 
 _WHO = "scale_by_backtracking_linesearch"
 
@@ -113,7 +119,10 @@ def scale_by_backtracking_linesearch(
     "Painless Stochastic Gradient" (2019). Matches `optax.scale_by_backtracking_linesearch`
     (0.2.8): the same step sizes, updates and stored gradient. Differences: the state layout does
     not depend on `store_grad` (see `ScaleByBacktrackingLinesearchState`), and extra arguments
-    that `value_fn` does not take are ignored (Optax raises).
+    that `value_fn` does not take are ignored (Optax raises). For complex parameters the slope
+    is :math:`\operatorname{Re}\langle g, u \rangle` with `grad` :math:`g` the ascent direction
+    (the conjugate of `jax.grad`'s, as for `scale_by_zoom_linesearch` and the updates); Optax
+    conjugates `grad` once more there, so its slope, and then its step sizes, can differ.
     """
     check_int(_WHO, "max_backtracking_steps", max_backtracking_steps, minimum=0)
     check_in_range(_WHO, "slope_rtol", slope_rtol, 0.0, 1.0, high_open=True)
@@ -146,7 +155,7 @@ def scale_by_backtracking_linesearch(
         dtype = state.learning_rate.dtype
         data = value_fn_kwargs(value_fn, extra)
         value0 = jnp.asarray(value).astype(dtype)
-        slope = vdot(updates, grad).astype(dtype)
+        slope = real_vdot(updates, grad).astype(dtype)
 
         def decrease_error(learning_rate, new_value):
             err = new_value - (1.0 + rtol) * value0 - learning_rate * slope_rtol * slope

@@ -124,7 +124,6 @@ INVALID = [
     (lambda: S.sgdr(1.0, 0, 3), "sgdr", "cycle_steps"),
     (lambda: S.sgdr(1.0, 10, 0), "sgdr", "num_cycles"),
     (lambda: S.sgdr(1.0, 10, 3, cycle_mult=0), "sgdr", "cycle_mult"),
-    (lambda: S.sgdr(1.0, 10, 40, cycle_mult=2), "sgdr", "int32"),
     (lambda: S.sgdr_schedule([]), "sgdr_schedule", "cosine_kwargs"),
     (
         lambda: S.sgdr_schedule(
@@ -152,3 +151,75 @@ def test_invalid_arguments_raise_at_construction(make, who, arg):
         make()
     message = str(info.value)
     assert message.startswith(who) and arg in message, message
+
+
+# --------------------------------------------------------------------------------------------
+# Lengths past the int32 step range (Optax accepts them): the step saturates at 2**31 - 1, the
+# length enters the cosine as a float. Before the fix these raised an OverflowError when called.
+# --------------------------------------------------------------------------------------------
+
+HUGE = [2**31 + 10, 10**10]
+INT32_MAX = 2**31 - 1
+
+
+@pytest.mark.parametrize("decay_steps", HUGE)
+def test_cosine_decay_accepts_decay_steps_past_int32(decay_steps):
+    steps = [0, 1000, 2**30, INT32_MAX]
+    expected = optax_values(optax.cosine_decay_schedule(2.0, decay_steps, alpha=0.1), steps)
+    assert_schedule(S.cosine_decay(2.0, decay_steps, alpha=0.1), expected, steps, atol=1e-6)
+    # Steps saturate: 2**40 is step 2**31 - 1.
+    assert float(S.cosine_decay(2.0, decay_steps)(2**40)) == float(
+        S.cosine_decay(2.0, decay_steps)(INT32_MAX)
+    )
+
+
+@pytest.mark.parametrize("decay_steps", HUGE)
+def test_warmup_cosine_decay_accepts_decay_steps_past_int32(decay_steps):
+    steps = [0, 50, 100, 1000, 2**30, INT32_MAX]
+    ref = optax.warmup_cosine_decay_schedule(0.0, 1.0, 100, decay_steps, end_value=0.1)
+    ours = S.warmup_cosine_decay(0.0, 1.0, 100, decay_steps, end_value=0.1)
+    assert_schedule(ours, optax_values(ref, steps), steps, atol=1e-6)
+
+
+def test_warmup_past_int32_never_ends():
+    warm = 2**31 + 10
+    schedule = S.warmup_cosine_decay(0.0, 1.0, warm, warm + 5)
+    steps = np.array([0, 2**30, INT32_MAX])
+    np.testing.assert_allclose(curve(schedule, steps), steps / warm, rtol=1e-6)
+
+
+def test_sgdr_schedule_cycles_past_int32():
+    kwargs = [dict(init_value=0.0, peak_value=1.0, warmup_steps=10, decay_steps=2**30 + 7)] * 3
+    steps = [0, 5, 10, 2**29, 2**30 + 7, 2**30 + 12, INT32_MAX]
+    # Optax itself overflows on the third cycle's boundary; its first two cycles are the formula.
+    decay = lambda t: 0.5 * (1.0 + np.cos(np.pi * t / (2**30 - 3)))
+    local = lambda t: t / 10 if t < 10 else decay(t - 10)
+    expected = [local(t if t < 2**30 + 7 else t - (2**30 + 7)) for t in steps]
+    np.testing.assert_allclose(curve(S.sgdr_schedule(kwargs), steps), expected, atol=1e-6)
+    long = [dict(init_value=0.0, peak_value=1.0, warmup_steps=10, decay_steps=2**31 + 10)] * 2
+    steps = [0, 5, 10, 2**30]
+    expected = [0.0, 0.5, 1.0, 0.5 * (1 + np.cos(np.pi * (2**30 - 10) / 2**31))]
+    np.testing.assert_allclose(curve(S.sgdr_schedule(long), steps), expected, atol=1e-6)
+
+
+def test_sgdr_keeps_the_cycles_that_start_within_int32():
+    # 40 doubling cycles of 10 steps last ~1e13 steps; the steps reached are cycles 0..27.
+    schedule = S.sgdr(1.0, 10, 40, cycle_mult=2)
+    start = 10 * (2**27 - 1)  # cycle 27 starts here, with length 10 * 2**27
+    steps = np.array([0, 5, 10, start, start + 2**29, INT32_MAX])
+    tau = np.array([0, 5, 0, 0, 2**29, INT32_MAX - start])
+    length = np.array([10, 10, 20, 10 * 2**27, 10 * 2**27, 10 * 2**27])
+    expected = 0.5 * (1.0 + np.cos(np.pi * tau / length))
+    np.testing.assert_allclose(curve(schedule, steps), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("anneal", ["cosine", "linear"])
+def test_one_cycle_accepts_transition_steps_past_int32(anneal):
+    # Optax overflows here (its boundaries are int32); the formula instead.
+    total = 10**10
+    schedule = S.one_cycle(total, 1.0, anneal=anneal)
+    steps = np.array([0, 1000, 2**30, INT32_MAX])
+    rise = steps / (0.3 * total)
+    ease = rise if anneal == "linear" else 0.5 * (1.0 - np.cos(np.pi * rise))
+    expected = 0.04 + 0.96 * ease
+    np.testing.assert_allclose(curve(schedule, steps), expected, rtol=1e-5)

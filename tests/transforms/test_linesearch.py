@@ -437,3 +437,59 @@ def test_low_precision_parameters_keep_their_dtypes():
         assert search.learning_rate.dtype == search.value.dtype == jnp.float32
         assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(search.grad))
         assert float(_sum_of_squares(jax.tree.map(lambda x: x[-1], it))) < 1e-2
+
+
+# --------------------------------------------------------------------------------------------
+# Complex parameters: the slopes are Re<grad, u>, with the imaginary parts and the conjugate
+# --------------------------------------------------------------------------------------------
+
+
+def test_real_vdot_counts_imaginary_parts():
+    from gradtx.transforms._linesearch import real_vdot
+
+    x = {"a": jnp.array([1 + 2j, -0.5j], jnp.complex64), "b": jnp.array([3.0], jnp.float32)}
+    y = {"a": jnp.array([2 - 1j, 4 + 1j], jnp.complex64), "b": jnp.array([0.5], jnp.float32)}
+    got = real_vdot(x, y)
+    want = np.real(np.vdot(np.asarray(x["a"]), np.asarray(y["a"]))) + 1.5
+    assert got.dtype == jnp.float32
+    np.testing.assert_allclose(float(got), want, rtol=1e-6)
+    np.testing.assert_allclose(float(real_vdot(x["a"], x["a"])), 1 + 4 + 0.25, rtol=1e-6)
+
+
+def _complex_objective(z):
+    return jnp.sum(jnp.abs(z - jnp.array([0.5 - 1j, 2j])) ** 3)
+
+
+@pytest.mark.parametrize("search", ["zoom", "backtracking"])
+def test_complex_parameters_take_the_step_of_the_real_equivalent(search):
+    """One search along -Re/Im-gradient from a complex point picks the same step size as on the
+    same function of (Re z, Im z); the gradient the zoom search stores is `jax.grad`'s (the
+    conjugate for complex `z`), as Optax's."""
+    if search == "zoom":
+        make = lambda: gradtx.scale_by_zoom_linesearch(10, initial_guess_strategy="one")
+    else:
+        make = lambda: gradtx.scale_by_backtracking_linesearch(10, store_grad=True)
+    real_objective = lambda x: _complex_objective(x[0] + 1j * x[1])
+
+    def one_step(value_fn, params, conj):
+        tx = make()
+        value, grad = jax.value_and_grad(value_fn)(params)
+        grad = jnp.conj(grad) if conj else grad  # the ascent direction
+        updates, state = tx.update(
+            -grad, tx.init(params), params, value=value, grad=grad, value_fn=value_fn
+        )
+        return updates, state
+
+    z = jnp.array([1 + 1j, -0.5 + 0.25j], jnp.complex64)
+    z_updates, z_state = jax.jit(lambda p: one_step(_complex_objective, p, True))(z)
+    x = jnp.stack([z.real, z.imag])
+    x_updates, x_state = jax.jit(lambda p: one_step(real_objective, p, False))(x)
+    assert float(z_state.learning_rate) != 1.0  # the search had work to do
+    np.testing.assert_allclose(
+        float(z_state.learning_rate), float(x_state.learning_rate), rtol=1e-5
+    )
+    np.testing.assert_allclose(
+        np.asarray(z_updates), np.asarray(x_updates[0] + 1j * x_updates[1]), rtol=1e-5
+    )
+    x_grad = np.asarray(x_state.grad)
+    np.testing.assert_allclose(np.asarray(z_state.grad), x_grad[0] - 1j * x_grad[1], rtol=1e-5)
