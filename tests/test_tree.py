@@ -218,3 +218,12 @@ def test_get_finds_namedtuple_fields_and_list_entries():
     state = Pair(a={"x": 1}, b=[Pair(a=2, b=3)])
     assert gradtx.tree.get(state, "x") == 1
     assert gradtx.tree.get(state, "b/0/b") == 3
+
+
+def test_set_refuses_to_truncate_a_float_into_an_integer_leaf():
+    """An int given to inject_hyperparams is stored as int32 (as in Optax): setting 0.5 there
+    would silently store 0."""
+    state = {"hyperparams": {"learning_rate": jnp.asarray(1, jnp.int32)}}
+    with pytest.raises(ValueError, match="would be truncated"):
+        gradtx.tree.set(state, learning_rate=0.5)
+    assert int(gradtx.tree.set(state, learning_rate=2.0)["hyperparams"]["learning_rate"]) == 2

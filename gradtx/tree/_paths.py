@@ -12,6 +12,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import tree_util as jtu
 
 from .._base._checks import did_you_mean
@@ -232,6 +233,14 @@ def get(tree: PyTree, name: str, default: Any = _MISSING) -> Any:
 
 def _replacement(old: Any, new: Any, where_: str) -> Any:
     if old is not None and _is_tree_leaf(old) and hasattr(old, "dtype"):
+        if jnp.issubdtype(old.dtype, jnp.integer) and not isinstance(new, jax.core.Tracer):
+            given = np.asarray(new)
+            if jnp.issubdtype(given.dtype, jnp.inexact) and not np.all(np.mod(given, 1) == 0):
+                raise ValueError(
+                    f"set: {where_!r} holds integers ({np.dtype(old.dtype).name}); the value "
+                    f"{new!r} would be truncated. An integer-valued hyperparameter was injected "
+                    "as an int: give it as a float (e.g. 1.0) to inject_hyperparams"
+                )
         value = jnp.asarray(new, dtype=old.dtype)
         if value.shape != jnp.shape(old):
             raise ValueError(

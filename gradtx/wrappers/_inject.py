@@ -37,14 +37,52 @@ def _wants_int(annotation: str) -> bool:
     )
 
 
+_NUMBER_TYPES = frozenset(
+    {"ArrayLike", "jax.typing.ArrayLike", "Array", "jax.Array", "float", "int", "complex"}
+    | {"Numeric", "Scalar", "None"}
+)
+
+
+def _numbers_only(annotation: str) -> bool:
+    """Whether an annotation (`ArrayLike`, `float | None`) admits numbers and nothing else."""
+    return all(part.strip() in _NUMBER_TYPES for part in annotation.split("|"))
+
+
+def _is_key(value: Any) -> bool:
+    """Whether `value` is a typed PRNG key (`jax.random.key(0)`): passed through, never stored."""
+    dtype = getattr(value, "dtype", None)
+    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
 def _is_number(value: Any) -> bool:
-    if isinstance(value, bool | np.bool_):
+    if isinstance(value, bool | np.bool_) or _is_key(value):
         return False
     if isinstance(value, int | float | np.integer | np.floating):
         return True
     if isinstance(value, np.ndarray | jax.Array):
-        return bool(np.issubdtype(value.dtype, np.number))
+        return bool(jnp.issubdtype(value.dtype, jnp.number))  # bf16 included
     return False
+
+
+def _stored_dtype(value: Any, hyperparam_dtype: Any) -> Any:
+    """The dtype a hyperparameter is stored in, from its (first) value.
+
+    Integers keep their dtype (int32 for a Python int, as in Optax: a seed stays a seed). Floats
+    become `hyperparam_dtype` when it is given; otherwise an array of a float dtype (bf16
+    included) keeps it, and a Python float (or a weakly typed value) becomes float32.
+    """
+    dtype = jnp.asarray(value).dtype
+    if not jnp.issubdtype(dtype, jnp.floating):
+        return dtype
+    if hyperparam_dtype is not None:
+        return hyperparam_dtype
+    typed = isinstance(value, np.ndarray | np.generic | jax.Array)
+    return dtype if typed and not getattr(value, "weak_type", False) else jnp.dtype(jnp.float32)
+
+
+def _plain(value: jax.Array) -> Any:
+    """A concrete scalar as a Python number (for validation messages), arrays unchanged."""
+    return value.item() if value.ndim == 0 else value
 
 
 def _kind(name: str, value: Any, param: inspect.Parameter | None, static: set[str]) -> str:
@@ -53,50 +91,64 @@ def _kind(name: str, value: Any, param: inspect.Parameter | None, static: set[st
         return "static"
     annotation = _annotation_text(param)
     if callable(value) and not isinstance(value, jax.Array):
-        # A callable is a schedule unless the annotation says the argument is something else
-        # (e.g. a mask function); unannotated callables are schedules, as in Optax.
-        return "schedule" if (not annotation or "Schedule" in annotation) else "static"
+        # A callable is a schedule unless the annotation says the argument may be something
+        # else (a mask function: `MaskOrFn`, `Any`); unannotated callables are schedules, as in
+        # Optax, and so are callables for an argument that takes only numbers (`scale`'s
+        # step_size: ArrayLike).
+        schedule = not annotation or "Schedule" in annotation or _numbers_only(annotation)
+        return "schedule" if schedule else "static"
     if not _is_number(value):
-        return "static"  # bools, strings, dtypes, masks, trees, ...
+        return "static"  # bools, strings, dtypes, PRNG keys, masks, trees, ...
     if isinstance(value, int | np.integer) and _wants_int(annotation):
         return "static"  # e.g. a period or a count the factory uses as a Python int
     return "numeric"
 
 
 def inject_hyperparams(
-    factory: Callable[..., GradientTransformation],
-    *,
+    inner_factory: Callable[..., GradientTransformation],
     static_args: str | Iterable[str] = (),
-    hyperparam_dtype: Any = jnp.float32,
+    hyperparam_dtype: Any = None,
 ) -> Callable[..., GradientTransformation]:
     r"""Make a factory's numeric hyperparameters part of the state, so they can change per step.
 
-    `inject_hyperparams(factory)(**hparams)` behaves like `factory(**hparams)`, but every numeric
-    argument (a float, an int where the factory expects a number, an array) is stored in
-    `state.hyperparams` as `hyperparam_dtype` (float32 by default, whatever the params' dtype, so
-    b2 = 0.999 stays 0.999 with bf16 params), and every schedule (a callable `count -> value`) is
-    evaluated at the wrapper's own step count and its value stored there before each step. The
-    inner transformation is rebuilt from the stored values inside `update`, so
+    `inject_hyperparams(inner_factory)(**hparams)` behaves like `inner_factory(**hparams)`, but
+    every numeric argument (a number or a numeric array) is stored in `state.hyperparams`, and
+    every schedule (a callable `count -> value`) is evaluated at the wrapper's own step count and
+    its value stored there before each step. The inner transformation is rebuilt from the stored
+    values inside `update`, so
 
     - `gradtx.tree.get(state, "learning_rate")` reads the current value, and
     - `state = gradtx.tree.set(state, learning_rate=0.01)` changes it for the next step without
       recompiling a jitted step (RETURNN's `set_learning_rate`); a scheduled value set this way
       is overwritten by the schedule at the next step.
 
+    Stored dtypes: integers keep theirs (a Python int is int32, as in Optax, so `key=0` stays a
+    seed; write `1.0`, not `1`, for a float hyperparameter you mean to change). Floats are
+    `hyperparam_dtype` when it is given; otherwise a float array keeps its dtype (bf16
+    included) and a Python float is float32 whatever the params' dtype (Optax uses the params'
+    widest dtype), so b2 = 0.999 stays 0.999 with bf16 params. A schedule's dtype follows the
+    same rule from its value at step 0.
+
     Which arguments are static (passed to the factory unchanged, never stored): None, bools,
-    strings, dtypes, trees such as masks, ints whose parameter is annotated `int` (periods,
-    counts), callables whose annotation does not mention a schedule (mask functions), and every
-    name in `static_args`. Arguments not passed keep the factory's defaults and are not stored.
+    strings, dtypes, PRNG keys (`jax.random.key(0)`), trees such as masks, ints whose parameter
+    is annotated `int` (periods, counts), callables whose annotation admits something other than
+    numbers and schedules (mask functions), and every name in `static_args`. Arguments not passed
+    keep the factory's defaults and are not stored (Optax stores those too).
+
+    The factory is called once at construction to validate the arguments, with each schedule's
+    value at step 0 in its place, so a schedule may be given for an argument that only takes
+    numbers (`inject_hyperparams(gradtx.scale)(step_size=lambda count: 0.1)`).
 
     Args:
-      factory: a function returning a `GradientTransformation` (e.g. `gradtx.adam`). Its state
-        layout must not depend on hyperparameter values (true of every gradtx transformation).
+      inner_factory: a function returning a `GradientTransformation` (e.g. `gradtx.adam`). Its
+        state layout must not depend on hyperparameter values (true of every gradtx
+        transformation).
       static_args: names to pass through unchanged even though they look numeric or like schedules.
-      hyperparam_dtype: dtype of the stored values (float32).
+      hyperparam_dtype: a floating dtype for the stored float values, or None (see above).
 
     Returns:
-      A function with `factory`'s arguments returning a `GradientTransformation` whose state is
-      `InjectHyperparamsState(count, hyperparams, inner_state)`.
+      A function with `inner_factory`'s arguments returning a `GradientTransformation` whose
+      state is `InjectHyperparamsState(count, hyperparams, inner_state)`.
 
     Examples:
       >>> import jax, jax.numpy as jnp, gradtx
@@ -114,8 +166,18 @@ def inject_hyperparams(
     used at the step); RETURNN's `Updater.set_learning_rate`.
     """
     who = "inject_hyperparams"
+    factory = inner_factory
     if not callable(factory):
-        raise TypeError(f"{who}: factory must be callable, got {type(factory).__name__}")
+        raise TypeError(f"{who}: inner_factory must be callable, got {type(factory).__name__}")
+    if hyperparam_dtype is not None:
+        try:
+            hyperparam_dtype = jnp.dtype(hyperparam_dtype)
+        except TypeError:
+            hyperparam_dtype = None
+        if hyperparam_dtype is None or not jnp.issubdtype(hyperparam_dtype, jnp.floating):
+            raise TypeError(
+                f"{who}: hyperparam_dtype must be a floating dtype (e.g. jnp.float32) or None"
+            )
     static = {static_args} if isinstance(static_args, str) else set(static_args)
     try:
         signature: inspect.Signature | None = inspect.signature(factory)
@@ -178,18 +240,22 @@ def inject_hyperparams(
                     f"{who}({factory_name}): static_args names {sorted(missing)} that the factory "
                     f"does not take; its arguments are {list(signature.parameters)}"
                 )
-        # Validate eagerly, with the values as given (schedules and all).
-        _as_transformation(factory(**arguments), who, f"{factory_name}(...)")
-
         kinds = {n: _kind(n, v, params.get(n), static) for n, v in arguments.items()}
         fixed = {n: v for n, v in arguments.items() if kinds[n] == "static"}
         schedules = {n: v for n, v in arguments.items() if kinds[n] == "schedule"}
         numeric = {n: v for n, v in arguments.items() if kinds[n] == "numeric"}
+        # A schedule's dtype (and its construction-time check) comes from its value at step 0.
+        first = {n: fn(zero_count()) for n, fn in schedules.items()}
+        dtypes = {n: _stored_dtype(v, hyperparam_dtype) for n, v in {**numeric, **first}.items()}
+        # Validate eagerly, with numbers: a schedule stands in as its value at the first step, so
+        # a factory whose argument only takes numbers (`scale`'s step_size) accepts a schedule.
+        firsts = {n: _plain(jnp.asarray(v, dtypes[n])) for n, v in first.items()}
+        _as_transformation(factory(**fixed, **numeric, **firsts), who, f"{factory_name}(...)")
 
         def values_at(count, current):
-            values = {n: jnp.asarray(v, hyperparam_dtype) for n, v in current.items()}
+            values = {n: jnp.asarray(v, dtypes[n]) for n, v in current.items()}
             for n, fn in schedules.items():
-                values[n] = jnp.asarray(fn(count), hyperparam_dtype)
+                values[n] = jnp.asarray(fn(count), dtypes[n])
             return values
 
         def build(values):

@@ -120,9 +120,10 @@ def test_static_arguments_are_inferred():
     assert list(tx.init({"w": jnp.ones(2)}).hyperparams) == ["rate"]
     tx = gradtx.inject_hyperparams(gradtx.sgd)(0.1, momentum=0.9, nesterov=True)
     assert sorted(tx.init({"w": jnp.ones(2)}).hyperparams) == ["learning_rate", "momentum"]
-    # an int the factory wants as an int stays static; an int hyperparameter becomes float32
+    # an int the factory wants as an int stays static; a float hyperparameter becomes float32
+    # (an int one stays int32, as in Optax: test_inject_optax_bugs.py)
     tx = gradtx.inject_hyperparams(gradtx.lookahead)(
-        gradtx.sgd(0.1), sync_period=3, slow_step_size=1
+        gradtx.sgd(0.1), sync_period=3, slow_step_size=0.5
     )
     state = tx.init({"w": jnp.ones(2)})
     assert list(state.hyperparams) == ["slow_step_size"]

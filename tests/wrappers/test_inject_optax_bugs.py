@@ -1,0 +1,175 @@
+"""inject_hyperparams against `optax.inject_hyperparams` on the cases Optax's own tests raised.
+
+Each test failed before its fix: the Optax signature (`inner_factory`, `static_args`,
+`hyperparam_dtype`, positional), PRNG keys and integer seeds, bf16 arrays, and schedules for an
+argument that takes only numbers.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import gradtx
+
+from ..helpers import assert_trees_close
+
+STEPS = 4
+
+
+def _run(tx, params, steps=STEPS, jit=True):
+    """Updates and the final state of `steps` steps of `tx` on fixed gradients."""
+    update = jax.jit(tx.update) if jit else tx.update
+    state = tx.init(params)
+    out = []
+    for i in range(steps):
+        grads = jax.tree.map(lambda p, i=i: jnp.full_like(p, 0.5 - 0.1 * i), params)
+        updates, state = update(grads, state, params)
+        out.append(updates)
+    return out, state
+
+
+def _assert_same_as_optax(ours, ref, params, rtol=1e-6):
+    u_ours, s_ours = _run(ours, params)
+    u_ref, s_ref = _run(ref, params)
+    assert_trees_close(u_ours, u_ref, rtol, 0)
+    # Optax also stores the arguments left at their defaults; gradtx only the ones passed
+    assert set(s_ours.hyperparams) <= set(s_ref.hyperparams)
+    for name, value in s_ours.hyperparams.items():
+        expected = s_ref.hyperparams[name]
+        assert value.dtype == expected.dtype, (name, value.dtype, expected.dtype)
+        np.testing.assert_allclose(np.asarray(value, np.float64), np.asarray(expected, np.float64))
+    return s_ours
+
+
+# 1. The signature.
+
+
+def test_signature_is_optax_s():
+    ours = inspect.signature(gradtx.inject_hyperparams).parameters
+    ref = inspect.signature(optax.inject_hyperparams).parameters
+    assert list(ours) == list(ref) == ["inner_factory", "static_args", "hyperparam_dtype"]
+    for name in ref:
+        assert ours[name].kind is ref[name].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    assert ours["static_args"].default == ()
+    assert ours["hyperparam_dtype"].default is None
+
+
+def test_positional_and_keyword_calls_agree_with_optax():
+    params = {"w": jnp.ones(3)}
+    for ours, ref in [
+        (
+            gradtx.inject_hyperparams(gradtx.sgd, "momentum", jnp.float32)(0.1, momentum=0.9),
+            optax.inject_hyperparams(optax.sgd, "momentum", jnp.float32)(0.1, momentum=0.9),
+        ),
+        (
+            gradtx.inject_hyperparams(inner_factory=gradtx.sgd, static_args=("momentum",))(0.1),
+            optax.inject_hyperparams(inner_factory=optax.sgd, static_args=("momentum",))(0.1),
+        ),
+    ]:
+        state = _assert_same_as_optax(ours, ref, params)
+        assert list(state.hyperparams) == ["learning_rate"]
+
+
+def test_hyperparam_dtype_must_be_a_float_dtype():
+    with pytest.raises(TypeError, match="inject_hyperparams: hyperparam_dtype must be a floating"):
+        gradtx.inject_hyperparams(gradtx.sgd, (), jnp.int32)
+    with pytest.raises(TypeError, match="inject_hyperparams: inner_factory must be callable"):
+        gradtx.inject_hyperparams(0.1)
+
+
+# 2. What is a number.
+
+
+def test_typed_prng_key_is_passed_through():
+    params = {"w": jnp.ones(3)}
+    ours = gradtx.inject_hyperparams(gradtx.noisy_sgd)(learning_rate=0.1, key=jax.random.key(0))
+    ref = optax.inject_hyperparams(optax.noisy_sgd)(learning_rate=0.1, key=jax.random.key(0))
+    u_ours, s_ours = _run(ours, params)
+    u_ref, s_ref = _run(ref, params)
+    assert_trees_close(u_ours, u_ref, 1e-6, 0)  # the same noise stream
+    # Optax stores the key among the hyperparameters; gradtx passes it to the factory as is
+    assert "key" in s_ref.hyperparams
+    assert list(s_ours.hyperparams) == ["learning_rate"]
+    plain = gradtx.noisy_sgd(0.1, key=jax.random.key(0))
+    assert_trees_close(u_ours, _run(plain, params)[0], 1e-6, 0)
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_an_integer_seed_stays_an_integer(jit):
+    params = {"w": jnp.ones(3)}
+    ours = gradtx.inject_hyperparams(gradtx.noisy_sgd)(learning_rate=0.1, key=3)
+    ref = optax.inject_hyperparams(optax.noisy_sgd)(learning_rate=0.1, key=3)
+    state = _assert_same_as_optax(ours, ref, params)
+    assert state.hyperparams["key"].dtype == jnp.int32
+    assert_trees_close(
+        _run(ours, params, jit=jit)[0], _run(gradtx.noisy_sgd(0.1, key=3), params)[0], 1e-6, 0
+    )
+    # add_noise's own name for it, `seed`, too
+    tx = gradtx.inject_hyperparams(gradtx.add_noise)(0.01, seed=3)
+    assert tx.init(params).hyperparams["seed"].dtype == jnp.int32
+    assert_trees_close(
+        _run(tx, params, jit=jit)[0], _run(gradtx.add_noise(0.01, seed=3), params)[0], 1e-6, 0
+    )
+
+
+def test_integer_hyperparameters_keep_their_dtype_like_optax():
+    params = {"w": jnp.ones(3)}
+    ours = gradtx.inject_hyperparams(gradtx.sgd, hyperparam_dtype=jnp.float32)(learning_rate=1)
+    ref = optax.inject_hyperparams(optax.sgd, hyperparam_dtype=jnp.float32)(learning_rate=1)
+    state = _assert_same_as_optax(ours, ref, params)
+    assert state.hyperparams["learning_rate"].dtype == jnp.int32
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.float32])
+def test_float_arrays_of_any_dtype_are_injected_keeping_it(dtype):
+    params = {"w": jnp.ones(3)}
+    lr = jnp.asarray(0.1, dtype)
+    ours = gradtx.inject_hyperparams(gradtx.sgd)(learning_rate=lr)
+    ref = optax.inject_hyperparams(optax.sgd)(learning_rate=lr)
+    state = _assert_same_as_optax(ours, ref, params)
+    assert state.hyperparams["learning_rate"].dtype == dtype
+    # and changeable between steps, in that dtype
+    state = gradtx.tree.set(state, learning_rate=0.5)
+    updates, state = ours.update({"w": jnp.ones(3)}, state, params)
+    assert state.hyperparams["learning_rate"].dtype == dtype
+    np.testing.assert_allclose(updates["w"], -0.5 * np.ones(3))
+
+
+def test_hyperparam_dtype_casts_floats_only():
+    tx = gradtx.inject_hyperparams(gradtx.noisy_sgd, hyperparam_dtype=jnp.bfloat16)(
+        learning_rate=jnp.asarray(0.1, jnp.float32), eta=0.01, key=1
+    )
+    state = tx.init({"w": jnp.ones(3)})
+    assert state.hyperparams["learning_rate"].dtype == jnp.bfloat16
+    assert state.hyperparams["eta"].dtype == jnp.bfloat16
+    assert state.hyperparams["key"].dtype == jnp.int32
+    _, state = jax.jit(tx.update)({"w": jnp.ones(3)}, state, {"w": jnp.ones(3)})
+    assert state.hyperparams["learning_rate"].dtype == jnp.bfloat16
+
+
+# 3. Schedules for arguments that take only numbers.
+
+
+def test_schedule_for_a_numbers_only_argument():
+    params = {"w": jnp.ones(3)}
+    schedule = lambda count: 0.1 * (count + 1)
+    ours = gradtx.inject_hyperparams(gradtx.scale)(step_size=schedule)
+    ref = optax.inject_hyperparams(optax.scale)(step_size=schedule)
+    state = _assert_same_as_optax(ours, ref, params)
+    assert float(state.hyperparams["step_size"]) == pytest.approx(0.1 * STEPS)
+    ours = gradtx.inject_hyperparams(gradtx.scale)(lambda count: 0.1)
+    ref = optax.inject_hyperparams(optax.scale)(lambda count: 0.1)
+    _assert_same_as_optax(ours, ref, params)
+
+
+def test_construction_checks_a_schedule_s_first_value():
+    with pytest.raises(ValueError, match=r"learning_rate must be >= 0, got -0\.1"):
+        gradtx.inject_hyperparams(gradtx.sgd)(learning_rate=lambda count: -0.1 + 0.0 * count)
+    with pytest.raises(ValueError, match="step_size must be a scalar"):
+        gradtx.inject_hyperparams(gradtx.scale)(lambda count: jnp.ones(2) * count)
