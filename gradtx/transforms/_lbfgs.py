@@ -13,7 +13,7 @@ from .._base._numerics import safe_increment, wide_float, widen, zero_count
 from .._base._typing import Params, PyTree, Updates
 from ..core._transformation import GradientTransformation, require_params
 from ..tree import assert_same_structure, norm, zeros_like
-from ._linesearch import real_vdot
+from ..tree import vdot as tree_vdot
 
 
 class ScaleByLBFGSState(NamedTuple):
@@ -65,7 +65,7 @@ def _precondition(
 
     def first_loop(q, idx):  # newest to oldest
         s, y = pick(idx)
-        alpha = rhos[idx] * real_vdot(s, q)
+        alpha = rhos[idx] * tree_vdot(s, q)
         q = jax.tree.map(lambda qi, yi: qi - alpha.astype(qi.dtype) * yi, q, y)
         return q, alpha
 
@@ -75,7 +75,7 @@ def _precondition(
     def second_loop(r, idx_alpha):  # oldest to newest
         idx, alpha = idx_alpha
         s, y = pick(idx)
-        beta = rhos[idx] * real_vdot(y, r)
+        beta = rhos[idx] * tree_vdot(y, r)
         r = jax.tree.map(lambda ri, si: ri + (alpha - beta).astype(ri.dtype) * si, r, s)
         return r, beta
 
@@ -99,7 +99,7 @@ def _lbfgs_step(
     diff = lambda new, old: jnp.where(first, 0, widen(new) - widen(old))
     s = jax.tree.map(diff, params, state.params)
     y = jax.tree.map(diff, updates, state.updates)
-    sy = real_vdot(y, s).astype(wide)
+    sy = tree_vdot(y, s).astype(wide)
     rho = jnp.where(first | (sy == 0), 0.0, 1.0 / sy).astype(wide)
     push = lambda memory, new: memory.at[prev_idx].set(new.astype(memory.dtype))
     diff_params_memory = jax.tree.map(push, state.diff_params_memory, s)

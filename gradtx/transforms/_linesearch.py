@@ -32,26 +32,6 @@ def value_dtype(params: Params) -> Any:
     return wide_float(*(x.dtype for x in jax.tree.leaves(params)))
 
 
-def real_vdot(tree_x: PyTree, tree_y: PyTree) -> jax.Array:
-    r"""The real inner product :math:`\operatorname{Re} \sum \bar{x} y` of two trees, in float32
-    or wider (float64 when a leaf is float64 or complex128).
-
-    Complex leaves are multiplied in their complex dtype, so the imaginary parts count:
-    :math:`\operatorname{Re}\langle x, y \rangle = \sum \operatorname{Re} x \operatorname{Re} y
-    + \operatorname{Im} x \operatorname{Im} y`. (`gradtx.tree.vdot` casts complex leaves to
-    float32 first, which drops the imaginary parts.)
-    """
-    xs, ys = jax.tree.leaves(tree_x), jax.tree.leaves(tree_y)
-    if len(xs) != len(ys):
-        raise ValueError(f"real_vdot: trees have {len(xs)} and {len(ys)} leaves")
-    dtype = wide_float(*(jnp.real(x).dtype for x in xs + ys))
-    total = jnp.zeros([], dtype)
-    for x, y in zip(xs, ys, strict=True):
-        acc = jnp.promote_types(jnp.promote_types(x.dtype, y.dtype), dtype)
-        total = total + jnp.vdot(x.astype(acc), y.astype(acc)).real.astype(dtype)
-    return total
-
-
 def check_at_least(who: str, name: str, value: Any, low: float) -> None:
     """`value` >= `low` (skipped for traced values)."""
     arr = concrete(value)

@@ -17,9 +17,9 @@ from .._base._checks import (
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation, require_params
 from ..tree import add_scale, assert_same_structure, cast_like, zeros_like
+from ..tree import vdot as tree_vdot
 from ._linesearch import (
     check_at_least,
-    real_vdot,
     require_objective,
     value_dtype,
     value_fn_kwargs,
@@ -155,7 +155,7 @@ def scale_by_backtracking_linesearch(
         dtype = state.learning_rate.dtype
         data = value_fn_kwargs(value_fn, extra)
         value0 = jnp.asarray(value).astype(dtype)
-        slope = real_vdot(updates, grad).astype(dtype)
+        slope = tree_vdot(updates, grad).astype(dtype)
 
         def decrease_error(learning_rate, new_value):
             err = new_value - (1.0 + rtol) * value0 - learning_rate * slope_rtol * slope

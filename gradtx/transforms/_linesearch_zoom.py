@@ -18,7 +18,8 @@ from .._base._checks import (
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation, require_params
 from ..tree import add_scale, assert_same_structure, cast_like, where, zeros_like
-from ._linesearch import check_at_least, real_vdot, require_objective, value_dtype, value_fn_kwargs
+from ..tree import vdot as tree_vdot
+from ._linesearch import check_at_least, require_objective, value_dtype, value_fn_kwargs
 
 _WHO = "scale_by_zoom_linesearch"
 
@@ -213,7 +214,7 @@ def scale_by_zoom_linesearch(
         value_and_grad = jax.value_and_grad(value_fn)
         value0 = jnp.asarray(value).astype(dtype)
         grad0 = cast_like(grad, state.grad)
-        slope0 = real_vdot(updates, grad0).astype(dtype)
+        slope0 = tree_vdot(updates, grad0).astype(dtype)
         guess = jnp.ones([], dtype) if initial_guess_strategy == "one" else state.learning_rate
         as_dtype = lambda x: jnp.asarray(x, dtype)
 
@@ -244,7 +245,7 @@ def scale_by_zoom_linesearch(
             # `g` is `jax.grad`'s, the conjugate of the ascent direction for complex parameters (the
             # `grad` passed in is that direction, as `updates`), so the slope conjugates it back.
             new = _Point(
-                stepsize, as_dtype(v), real_vdot(jax.tree.map(jnp.conj, g), updates).astype(dtype)
+                stepsize, as_dtype(v), tree_vdot(jax.tree.map(jnp.conj, g), updates).astype(dtype)
             )
             dec, curv = decrease_error(new), curvature_error(new)
             ok = jnp.maximum(dec, curv) <= tol

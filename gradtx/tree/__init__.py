@@ -162,7 +162,13 @@ def _leaves(tree: PyTree) -> list[jax.Array]:
 
 
 def _acc_dtype(leaves: Sequence[jax.Array]) -> Any:
-    return wide_float(*(x.dtype for x in leaves))
+    """float32, or float64 when a leaf is float64 or complex128 (a complex leaf counts by the
+    dtype of its real part)."""
+    return wide_float(*(_real_dtype(x.dtype) for x in leaves))
+
+
+def _real_dtype(dtype: Any) -> Any:
+    return jnp.finfo(dtype).dtype if jnp.issubdtype(dtype, jnp.complexfloating) else dtype
 
 
 def _real(x: jax.Array, dtype: Any) -> jax.Array:
@@ -179,14 +185,21 @@ def sum(tree: PyTree) -> jax.Array:
 
 
 def vdot(tree_x: PyTree, tree_y: PyTree) -> jax.Array:
-    """Inner product of two trees: the sum over leaves of `vdot(x, y)`, in float32 or wider."""
+    r"""Real inner product of two trees, :math:`\operatorname{Re} \sum_{leaves} \bar x \cdot y`,
+    in float32 or wider (float64 when a leaf is float64 or complex128).
+
+    Complex leaves are multiplied in their complex dtype, so the imaginary parts count:
+    :math:`\operatorname{Re} \langle x, y \rangle = \sum \operatorname{Re} x
+    \operatorname{Re} y + \operatorname{Im} x \operatorname{Im} y` (the inner product of
+    :math:`\mathbb{C}^n` as :math:`\mathbb{R}^{2n}`, which L-BFGS and line searches need)."""
     xs, ys = _leaves(tree_x), _leaves(tree_y)
     if len(xs) != len(ys):
         raise ValueError(f"vdot: trees have {len(xs)} and {len(ys)} leaves")
     dtype = _acc_dtype(xs + ys)
     total = jnp.zeros([], dtype)
     for x, y in zip(xs, ys, strict=True):
-        total = total + jnp.vdot(x.astype(dtype), y.astype(dtype)).real.astype(dtype)
+        wide = jnp.promote_types(jnp.promote_types(x.dtype, y.dtype), dtype)
+        total = total + jnp.vdot(x.astype(wide), y.astype(wide)).real.astype(dtype)
     return total
 
 

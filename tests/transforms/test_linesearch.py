@@ -444,9 +444,9 @@ def test_low_precision_parameters_keep_their_dtypes():
 # --------------------------------------------------------------------------------------------
 
 
-def test_real_vdot_counts_imaginary_parts():
-    from gradtx.transforms._linesearch import real_vdot
-
+def test_tree_vdot_counts_imaginary_parts():
+    """`gradtx.tree.vdot` cast complex leaves to float32 first, dropping the imaginary parts."""
+    real_vdot = gradtx.tree.vdot
     x = {"a": jnp.array([1 + 2j, -0.5j], jnp.complex64), "b": jnp.array([3.0], jnp.float32)}
     y = {"a": jnp.array([2 - 1j, 4 + 1j], jnp.complex64), "b": jnp.array([0.5], jnp.float32)}
     got = real_vdot(x, y)
@@ -454,6 +454,9 @@ def test_real_vdot_counts_imaginary_parts():
     assert got.dtype == jnp.float32
     np.testing.assert_allclose(float(got), want, rtol=1e-6)
     np.testing.assert_allclose(float(real_vdot(x["a"], x["a"])), 1 + 4 + 0.25, rtol=1e-6)
+    z = jnp.array([1 + 1e-3j], jnp.complex128) if jax.config.read("jax_enable_x64") else None
+    if z is not None:  # complex128 accumulates in float64
+        assert real_vdot(z, z).dtype == jnp.float64
 
 
 def _complex_objective(z):
