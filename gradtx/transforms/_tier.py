@@ -125,6 +125,7 @@ __all__ = [
     "copy_params",
     "ema",
     "loss_value",
+    "loss_value_in",
     "moment_buffers",
     "read",
     "require_params",
