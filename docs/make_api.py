@@ -34,6 +34,7 @@ The sections follow the families of `gradtx/__init__.py`.
 NAMESPACES = (
     "schedules",
     "tree",
+    "projections",
     "nnabla",
     "returnn",
     "contrib",
@@ -65,7 +66,8 @@ def families() -> list[tuple[str, list[str]]]:
             continue
         section = sum(number < node.lineno for number, _ in headers) - 1
         if section >= 0:
-            out[section][1].extend(alias.asname or alias.name for alias in node.names)
+            names = (alias.asname or alias.name for alias in node.names)
+            out[section][1].extend(n for n in names if not n.startswith("_"))
     rank = {word: i for i, word in enumerate(FIRST)}
     return sorted(out, key=lambda family: rank.get(family[0].split()[0], len(FIRST)))
 

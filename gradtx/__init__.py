@@ -7,9 +7,29 @@ from . import config as config
 from . import contrib as contrib
 from . import microbatching as microbatching
 from . import nnabla as nnabla
+from . import projections as projections
 from . import returnn as returnn
 from . import schedules as schedules
 from . import tree as tree
+
+# -- numerics and linear algebra: Optax's top-level helpers ----------------------------------------
+from ._base._linalg import global_norm as global_norm
+from ._base._linalg import matrix_inverse_pth_root as matrix_inverse_pth_root
+from ._base._linalg import multi_normal as multi_normal
+from ._base._linalg import nnls as nnls
+from ._base._linalg import power_iteration as power_iteration
+from ._base._numerics import safe_increment as safe_increment
+from ._base._numerics import safe_int32_increment as safe_int32_increment
+from ._base._numerics import safe_norm as safe_norm
+from ._base._numerics import safe_root_mean_squares as safe_root_mean_squares
+
+# -- types: Optax's names --------------------------------------------------------------------------
+from ._base._typing import MaskOrFn as MaskOrFn
+from ._base._typing import OptState as OptState
+from ._base._typing import Params as Params
+from ._base._typing import ScalarOrSchedule as ScalarOrSchedule
+from ._base._typing import Schedule as Schedule
+from ._base._typing import Updates as Updates
 from ._base._version import __version__ as __version__
 
 # -- checkpoints: state_dict, save, load, inspect --------------------------------------------------
@@ -32,12 +52,20 @@ from .config import to_config as to_config
 # -- core protocol ---------------------------------------------------------------------------------
 from .core import EmptyState as EmptyState
 from .core import GradientTransformation as GradientTransformation
+from .core import GradientTransformationExtraArgs as GradientTransformationExtraArgs
 from .core import HyperparameterError as HyperparameterError
+from .core import TransformInitFn as TransformInitFn
+from .core import TransformUpdateExtraArgsFn as TransformUpdateExtraArgsFn
+from .core import TransformUpdateFn as TransformUpdateFn
 from .core import apply_updates as apply_updates
 from .core import chain as chain
 from .core import identity as identity
+from .core import incremental_update as incremental_update
+from .core import init_empty_state as init_empty_state
 from .core import named_chain as named_chain
 from .core import stateless as stateless
+from .core import stateless_with_tree_map as stateless_with_tree_map
+from .core import with_extra_args_support as with_extra_args_support
 
 # -- interoperability with Optax -------------------------------------------------------------------
 from .core._interop import as_optax as as_optax
@@ -55,6 +83,9 @@ from .distributed import init_sharded as init_sharded
 from .distributed import load_sharded as load_sharded
 from .distributed import save_sharded as save_sharded
 from .distributed import state_sharding as state_sharding
+
+# -- microbatching: Optax's microbatch -------------------------------------------------------------
+from .microbatching import microbatch as microbatch
 
 # -- nnabla's config dialect -----------------------------------------------------------------------
 from .nnabla import from_nnabla as from_nnabla
@@ -123,14 +154,22 @@ from .schedules import warmup_exponential_decay_schedule as warmup_exponential_d
 from .state._quantize import QuantizedArray as QuantizedArray
 from .state._quantize import QuantizedDtype as QuantizedDtype
 from .state._quantize import quantized as quantized
+from .transforms import AdaptiveGradClipState as AdaptiveGradClipState
+from .transforms import AddDecayedWeightsState as AddDecayedWeightsState
 
 # -- primitives ------------------------------------------------------------------------------------
 from .transforms import AddNoiseState as AddNoiseState
 from .transforms import BacktrackingLinesearchInfo as BacktrackingLinesearchInfo
+from .transforms import ClipByGlobalNormState as ClipByGlobalNormState
+from .transforms import ClipState as ClipState
 from .transforms import ElementwiseState as ElementwiseState
 from .transforms import FactoredState as FactoredState
+from .transforms import MonitorState as MonitorState
 from .transforms import NewbobState as NewbobState
+from .transforms import NonNegativeParamsState as NonNegativeParamsState
+from .transforms import ReduceLROnPlateauState as ReduceLROnPlateauState
 from .transforms import ReduceOnPlateauState as ReduceOnPlateauState
+from .transforms import ScaleByAdaDeltaState as ScaleByAdaDeltaState
 from .transforms import ScaleByAdadeltaState as ScaleByAdadeltaState
 from .transforms import ScaleByAdamState as ScaleByAdamState
 from .transforms import ScaleByAdanState as ScaleByAdanState
@@ -145,14 +184,21 @@ from .transforms import ScaleByLionState as ScaleByLionState
 from .transforms import ScaleByNovogradState as ScaleByNovogradState
 from .transforms import ScaleByOptimisticGradientState as ScaleByOptimisticGradientState
 from .transforms import ScaleByRmsState as ScaleByRmsState
+from .transforms import ScaleByRmsWithCountState as ScaleByRmsWithCountState
 from .transforms import ScaleByRpropState as ScaleByRpropState
 from .transforms import ScaleByRssState as ScaleByRssState
+from .transforms import ScaleByRStdDevState as ScaleByRStdDevState
+from .transforms import ScaleByRStdDevWithCountState as ScaleByRStdDevWithCountState
 from .transforms import ScaleByScheduleState as ScaleByScheduleState
 from .transforms import ScaleBySM3State as ScaleBySM3State
 from .transforms import ScaleByStddevState as ScaleByStddevState
+from .transforms import ScaleByTrustRatioState as ScaleByTrustRatioState
 from .transforms import ScaleByZoomLinesearchState as ScaleByZoomLinesearchState
+from .transforms import ScaleState as ScaleState
+from .transforms import SnapshotState as SnapshotState
 from .transforms import TraceState as TraceState
 from .transforms import WeightDecayState as WeightDecayState
+from .transforms import ZeroNansState as ZeroNansState
 from .transforms import ZoomLinesearchInfo as ZoomLinesearchInfo
 from .transforms import adaptive_grad_clip as adaptive_grad_clip
 from .transforms import add_decayed_weights as add_decayed_weights
@@ -164,6 +210,9 @@ from .transforms import clip_by_block_rms as clip_by_block_rms
 from .transforms import clip_by_global_norm as clip_by_global_norm
 from .transforms import clip_by_norm as clip_by_norm
 from .transforms import elementwise as elementwise
+from .transforms import flatten as flatten
+from .transforms import keep_params_nonnegative as keep_params_nonnegative
+from .transforms import monitor as monitor
 from .transforms import newbob as newbob
 from .transforms import normalize as normalize
 from .transforms import normalize_by_update_norm as normalize_by_update_norm
@@ -208,26 +257,48 @@ from .transforms import scale_by_stddev as scale_by_stddev
 from .transforms import scale_by_trust_ratio as scale_by_trust_ratio
 from .transforms import scale_by_yogi as scale_by_yogi
 from .transforms import scale_by_zoom_linesearch as scale_by_zoom_linesearch
+from .transforms import scale_gradient as scale_gradient
 from .transforms import set_to_zero as set_to_zero
+from .transforms import snapshot as snapshot
 from .transforms import trace as trace
 from .transforms import trace_with_lr as trace_with_lr
 from .transforms import value_and_grad_from_state as value_and_grad_from_state
 from .transforms import weight_decay as weight_decay
 from .transforms import weight_decay_by_lr_ratio as weight_decay_by_lr_ratio
+from .transforms import zero_nans as zero_nans
+
+# -- tree moments: Optax's top-level names for gradtx.tree functions -------------------------------
+from .tree import bias_correction as bias_correction
+from .tree import map_params as tree_map_params
+from .tree import update_infinity_moment as update_infinity_moment
+from .tree import update_moment as update_moment
+from .tree import update_moment_per_elem_norm as update_moment_per_elem_norm
 
 # -- wrappers (transformations of transformations) -------------------------------------------------
 from .wrappers import AccumulateState as AccumulateState
+from .wrappers import ApplyEvery as ApplyEvery
 from .wrappers import ApplyEveryState as ApplyEveryState
 from .wrappers import ApplyIfFiniteState as ApplyIfFiniteState
 from .wrappers import ConditionallyMaskState as ConditionallyMaskState
 from .wrappers import ConditionallyTransformState as ConditionallyTransformState
+from .wrappers import ConditionFn as ConditionFn
 from .wrappers import EmaParamsState as EmaParamsState
 from .wrappers import EmaState as EmaState
 from .wrappers import InjectHyperparamsState as InjectHyperparamsState
+from .wrappers import InjectStatefulHyperparamsState as InjectStatefulHyperparamsState
 from .wrappers import LabelsByPattern as LabelsByPattern
+from .wrappers import LookaheadParams as LookaheadParams
 from .wrappers import LookaheadState as LookaheadState
+from .wrappers import MaskedNode as MaskedNode
 from .wrappers import MaskedState as MaskedState
+from .wrappers import MultiSteps as MultiSteps
+from .wrappers import MultiStepsState as MultiStepsState
 from .wrappers import MultiTransformState as MultiTransformState
+from .wrappers import PartitionState as PartitionState
+from .wrappers import ShouldSkipUpdateFunction as ShouldSkipUpdateFunction
+from .wrappers import StatefulSchedule as StatefulSchedule
+from .wrappers import WrappedSchedule as WrappedSchedule
+from .wrappers import WrappedScheduleState as WrappedScheduleState
 from .wrappers import accumulate_k_steps as accumulate_k_steps
 from .wrappers import apply_every as apply_every
 from .wrappers import apply_if_finite as apply_if_finite
@@ -238,6 +309,7 @@ from .wrappers import ema as ema
 from .wrappers import ema_params as ema_params
 from .wrappers import freeze as freeze
 from .wrappers import inject_hyperparams as inject_hyperparams
+from .wrappers import inject_stateful_hyperparams as inject_stateful_hyperparams
 from .wrappers import l2_ball as l2_ball
 from .wrappers import labels_by_pattern as labels_by_pattern
 from .wrappers import lookahead as lookahead
@@ -250,6 +322,6 @@ from .wrappers import partition as partition
 from .wrappers import periodic_update as periodic_update
 from .wrappers import project as project
 from .wrappers import scale_gradient_by as scale_gradient_by
+from .wrappers import selective_transform as selective_transform
 from .wrappers import skip_large_updates as skip_large_updates
 from .wrappers import skip_not_finite as skip_not_finite
-from .wrappers import zero_nans as zero_nans

@@ -103,7 +103,7 @@ def test_check_bool_and_expect_state_are_used_by_the_wrappers():
     with pytest.raises(HyperparameterError, match=r"^scale_by_lbfgs: scale_init_precond must be"):
         gradtx.scale_by_lbfgs(scale_init_precond="yes")
     tx = gradtx.apply_every(2)
-    with pytest.raises(ValueError, match=r"^apply_every: expected a ApplyEveryState"):
+    with pytest.raises(ValueError, match=r"^apply_every: expected an? ApplyEvery\b"):
         tx.update({"w": jnp.ones(3)}, gradtx.EmptyState())
 
 

@@ -71,8 +71,8 @@ def _moment_dtype_factories() -> list[tuple[str, str, Any]]:
         prefix = module.__name__.removeprefix("gradtx").lstrip(".")
         for name in sorted(dir(module)):
             factory = getattr(module, name)
-            if not callable(factory) or isinstance(factory, type) or name.startswith("_"):
-                continue
+            if not inspect.isfunction(factory) or name.startswith("_"):
+                continue  # classes, type aliases (Schedule), modules
             parameters = inspect.signature(factory).parameters
             for argument in ("mu_dtype", "nu_dtype"):
                 if argument in parameters:

@@ -24,11 +24,37 @@ def zero_count() -> jax.Array:
     return jnp.zeros([], jnp.int32)
 
 
-def safe_increment(count: jax.Array) -> jax.Array:
-    """`count + 1`, saturating at the largest value of the counter's integer dtype."""
+def safe_increment(count: ArrayLike) -> jax.Array:
+    """`count + 1`, saturating at the largest value of the counter's dtype instead of wrapping.
+
+    Integer counters (gradtx's are int32) stop at `iinfo(dtype).max`, float counters at
+    `finfo(dtype).max`; the result keeps the counter's dtype. As `optax.safe_increment`.
+
+    Example:
+      >>> safe_increment(jnp.int32(2147483647))
+      Array(2147483647, dtype=int32)
+
+    Args:
+      count: a counter (an integer or float array).
+    """
     count = jnp.asarray(count)
-    top = jnp.iinfo(count.dtype).max
-    return jnp.where(count < top, count + 1, top).astype(count.dtype)
+    dtype = count.dtype
+    top: Any
+    if jnp.issubdtype(dtype, jnp.integer) and dtype != jnp.bool_:
+        top = jnp.iinfo(dtype).max
+    elif jnp.issubdtype(dtype, jnp.floating):
+        top = jnp.finfo(dtype).max
+    else:
+        raise ValueError(
+            f"safe_increment: count must have an integer or floating dtype, got {dtype}; "
+            "use e.g. jnp.zeros([], jnp.int32) as the counter"
+        )
+    top_arr = jnp.asarray(top, dtype)
+    return jnp.where(count < top_arr, count + jnp.asarray(1, dtype), top_arr)
+
+
+safe_int32_increment = safe_increment
+"""Optax's older name of `safe_increment` (the same function)."""
 
 
 def wide_float(*dtypes) -> jnp.dtype:
@@ -76,18 +102,45 @@ def _norm_sq(x: jax.Array, axis=None, keepdims: bool = False) -> jax.Array:
 
 
 def safe_norm(
-    x: ArrayLike, min_norm: ArrayLike = 0.0, axis=None, keepdims: bool = False
+    x: ArrayLike,
+    min_norm: ArrayLike = 0.0,
+    ord: int | float | str | None = None,
+    axis: int | tuple[int, ...] | None = None,
+    keepdims: bool = False,
 ) -> jax.Array:
-    """L2 norm of `x` in float32, at least `min_norm`, with a gradient that is defined at zero.
+    """`max(jnp.linalg.norm(x, ord, axis), min_norm)`, with a gradient that is defined at zero.
 
-    Where the norm would be <= `min_norm` the result is `min_norm` and the gradient is zero
-    (instead of the NaN that `jnp.linalg.norm` gives at 0).
+    Where the norm would be <= `min_norm` the result is `min_norm` and the gradient with
+    respect to `x` is zero (instead of the NaN that `jnp.linalg.norm` gives at 0). As
+    `optax.safe_norm`, with the same argument order, except that the norm is computed in float32
+    at least (float64 and complex inputs keep their precision), so a bf16 `x` gives a float32
+    result.
+
+    Args:
+      x: an array.
+      min_norm: lower bound of the result (default 0).
+      ord: the order of the norm, as in `jnp.linalg.norm` (`None`: the 2-norm of the flattened
+        `x`, or of each slice along `axis`; a 2-tuple `axis` gives matrix norms).
+      axis: the axis (int) or the two matrix axes (2-tuple) to reduce; `None`: all of `x`.
+      keepdims: keep the reduced axes as size-1 dimensions.
     """
-    sq = _norm_sq(jnp.asarray(x), axis=axis, keepdims=keepdims)
-    min_norm = jnp.asarray(min_norm, sq.dtype)
-    positive = ~(sq <= min_norm**2)  # NaN stays on the sqrt branch, so it propagates
-    # Feed a harmless 1 into sqrt where the branch is discarded, so its gradient stays finite.
-    return jnp.where(positive, jnp.sqrt(jnp.where(positive, sq, 1.0)), min_norm)
+    x = jnp.asarray(x)
+    if ord is None:
+        sq = _norm_sq(x, axis=axis, keepdims=keepdims)
+        min_norm = jnp.asarray(min_norm, sq.dtype)
+        positive = ~(sq <= min_norm**2)  # NaN stays on the sqrt branch, so it propagates
+        # Feed a harmless 1 into sqrt where the branch is discarded, so its gradient stays finite.
+        return jnp.where(positive, jnp.sqrt(jnp.where(positive, sq, 1.0)), min_norm)
+    xw = x if jnp.iscomplexobj(x) else x.astype(wide_float(x.dtype))
+    kept = jnp.linalg.norm(xw, ord=ord, axis=axis, keepdims=True)
+    min_norm = jnp.asarray(min_norm, kept.dtype)
+    small = kept <= min_norm
+    # Where the norm is at most min_norm, take the norm of ones instead (its gradient is finite)
+    # and discard it.
+    masked = jnp.linalg.norm(jnp.where(small, 1.0, xw), ord=ord, axis=axis, keepdims=keepdims)
+    if not keepdims:
+        small = jnp.squeeze(small, axis=axis)
+    return jnp.where(small, min_norm, masked)
 
 
 def safe_rms(x: ArrayLike, min_rms: ArrayLike = 0.0) -> jax.Array:
@@ -98,6 +151,19 @@ def safe_rms(x: ArrayLike, min_rms: ArrayLike = 0.0) -> jax.Array:
     min_rms = jnp.asarray(min_rms, ms.dtype)
     positive = ~(ms <= min_rms**2)  # NaN stays on the sqrt branch, so it propagates
     return jnp.where(positive, jnp.sqrt(jnp.where(positive, ms, 1.0)), min_rms)
+
+
+def safe_root_mean_squares(x: ArrayLike, min_rms: ArrayLike) -> jax.Array:
+    """`max(sqrt(mean(|x|^2)), min_rms)`, with a zero gradient (not NaN) where it is `min_rms`.
+
+    As `optax.safe_root_mean_squares`, computed in float32 at least (float64 kept); an empty
+    `x` gives `min_rms` (Optax: NaN, the mean of nothing).
+
+    Args:
+      x: an array.
+      min_rms: the smallest value returned.
+    """
+    return safe_rms(x, min_rms)
 
 
 def value_at(hyperparameter, count: ArrayLike, *, who: str = "", name: str = ""):

@@ -23,10 +23,10 @@ from typing import Any
 from ..core import chain
 from ..transforms import add_noise as add_noise_tx
 from ..transforms import clip as clip_tx
-from ..transforms import clip_by_global_norm, clip_by_norm, scale
+from ..transforms import clip_by_global_norm, clip_by_norm, scale, zero_nans
 from ..transforms import weight_decay as weight_decay_tx
 from ..wrappers import accumulate_k_steps as accumulate_k_steps_tx
-from ..wrappers import apply_if_finite, zero_nans
+from ..wrappers import apply_if_finite
 from ..wrappers import ema_params as ema_params_tx
 from ..wrappers import lr_multipliers as lr_multipliers_tx
 from ._errors import ConfigError, join
@@ -208,7 +208,7 @@ def build(config: Mapping[str, Any]) -> Any:
             pre.append(call(factory, {arg: clip[key]}, "clip", {arg: key}))
     nonfinite = config.get("nonfinite")
     if nonfinite is not None and nonfinite["action"] == "zero":
-        pre.append(zero_nans())
+        pre.append(zero_nans(non_finite=True))
     if pre:
         tx = chain(*pre, tx)
     if nonfinite is not None and nonfinite["action"] == "skip":

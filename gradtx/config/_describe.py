@@ -64,7 +64,7 @@ def chain_lines(config: Mapping[str, Any]) -> list[str]:
         if clip.get(key) is not None:
             add(_call(name, {arg: clip[key]}))
     if nonfinite is not None and nonfinite["action"] == "zero":
-        add("zero_nans()")
+        add("zero_nans(non_finite=True)")
     mult = config.get("lr_multipliers")
     if mult is not None:
         add(_call("lr_multipliers", {k: v for k, v in mult.items()}) + "  # around:")

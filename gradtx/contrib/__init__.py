@@ -1,11 +1,15 @@
 """gradtx.contrib: the optimizers of `optax.contrib`, under Optax's names and argument names.
 
 Recent and research optimizers (Muon, schedule-free, Prodigy, D-Adaptation, DoG, Mechanic, COCOB,
-Sophia, SAM, ADOPT, AdEMAMix, MADGRAD, MoMo, GaLore, AdaBelief-style ACProp, DP-SGD) live here, as
-in Optax, so that `optax.contrib.muon` becomes `gradtx.contrib.muon`. Each is a chain of public
-primitives where the algorithm allows. The public API, re-exported explicitly; no logic here.
+Sophia, SAM, ADOPT, AdEMAMix, MADGRAD, MoMo, GaLore, AdaBelief-style ACProp, DP-SGD), complex
+parameters as real pairs and reduce-on-plateau live here, as in Optax, so that
+`optax.contrib.muon` becomes `gradtx.contrib.muon`. Each is a chain of public primitives where
+the algorithm allows. The public API, re-exported explicitly; no logic here.
 """
 
+# Optax keeps reduce_on_plateau in optax.contrib; gradtx's lives with the primitives.
+from ..transforms._plateau import ReduceLROnPlateauState as ReduceLROnPlateauState
+from ..transforms._plateau import reduce_on_plateau as reduce_on_plateau
 from ._acprop import ScaleByAcpropState as ScaleByAcpropState
 from ._acprop import acprop as acprop
 from ._acprop import scale_by_acprop as scale_by_acprop
@@ -21,6 +25,9 @@ from ._adopt import scale_by_adopt as scale_by_adopt
 from ._cocob import COCOBState as COCOBState
 from ._cocob import cocob as cocob
 from ._cocob import scale_by_cocob as scale_by_cocob
+from ._complex import SplitRealAndImaginaryArrays as SplitRealAndImaginaryArrays
+from ._complex import SplitRealAndImaginaryState as SplitRealAndImaginaryState
+from ._complex import split_real_and_imaginary as split_real_and_imaginary
 from ._dadapt import DAdaptAdamWState as DAdaptAdamWState
 from ._dadapt import dadapt_adamw as dadapt_adamw
 from ._dog import DoGState as DoGState

@@ -1,7 +1,5 @@
 """ACProp: AdaBelief's centred second moment, applied asynchronously (from the previous step)."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax

@@ -1,7 +1,5 @@
 """AdEMAMix and Simplified AdEMAMix: Adam with a slow momentum mixed into the fast one."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax

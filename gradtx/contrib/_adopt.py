@@ -1,7 +1,5 @@
 """ADOPT: Adam whose step is normalised by the second moment of the *previous* gradients."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any, NamedTuple
 

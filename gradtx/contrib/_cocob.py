@@ -1,7 +1,5 @@
 """COCOB: learning-rate-free descent by continuous coin betting (COCOB-Backprop)."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp

@@ -1,8 +1,6 @@
 """D-Adaptation (AdamW variant): learning-rate-free AdamW by estimating the distance to the
 solution."""
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 import jax

@@ -1,7 +1,5 @@
 """Distance over gradients: DoG and DoWG, parameter-free step sizes from the distance travelled."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax

@@ -1,7 +1,5 @@
 """GaLore: run a base optimizer on low-rank projections of the gradients of matrices."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -12,7 +10,7 @@ import jax.numpy as jnp
 from .. import tree as gtree
 from .._base._checks import alias_errors, check_int
 from .._base._numerics import cond, safe_increment, widen, zero_count
-from .._base._typing import OptState, Updates
+from .._base._typing import OptState, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..transforms._adam import scale_by_adam
 from ..transforms._decay import weight_decay as weight_decay_tx
@@ -219,7 +217,7 @@ def scale_by_galore(
 
 @alias_errors(renamed={"weight_decay: rate": "weight_decay"})
 def galore(
-    learning_rate: Any,
+    learning_rate: ScalarOrSchedule,
     rank: int = 128,
     update_proj_gap: int = 200,
     scale: float = 1.0,

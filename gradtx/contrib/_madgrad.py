@@ -1,7 +1,5 @@
 """MADGRAD: momentumised, adaptive dual averaging."""
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 import jax

@@ -3,8 +3,6 @@
 Both need the current (batch) loss: `update(grads, state, params, value=loss)`.
 """
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax

@@ -1,8 +1,6 @@
 """Muon: momentum orthogonalised by Newton-Schulz iterations for matrix parameters, AdamW for the
 others."""
 
-from __future__ import annotations
-
 import functools
 import math
 from collections.abc import Callable, Sequence

@@ -1,7 +1,5 @@
 """Differentially private SGD: per-example clipping, summing and Gaussian noise."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax

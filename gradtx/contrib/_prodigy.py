@@ -1,7 +1,5 @@
 """Prodigy: learning-rate-free AdamW that estimates the distance to the solution (D) quickly."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax

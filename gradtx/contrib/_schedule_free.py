@@ -1,8 +1,6 @@
 """Schedule-free learning: interpolation and averaging in place of momentum and a decaying
 schedule (a wrapper of a momentum-free base optimizer, and its SGD and AdamW forms)."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax

@@ -1,7 +1,5 @@
 """Sophia: clipped, diagonally preconditioned momentum with an occasional Hessian estimate."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax

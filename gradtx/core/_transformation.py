@@ -10,7 +10,8 @@ import jax
 import jax.numpy as jnp
 from jax.tree_util import keystr
 
-from .._base._typing import OptState, Params, Updates
+from .._base._checks import check_in_range
+from .._base._typing import ArrayLike, OptState, Params, Updates
 from ..tree import assert_same_structure
 from ..tree._patterns import resolve_mask
 
@@ -36,6 +37,14 @@ class GradientTransformation(NamedTuple):
 
     init: InitFn
     update: UpdateFn
+
+
+# Optax's names: every gradtx transformation takes extra arguments, so Optax's two protocols
+# (`GradientTransformation` and `GradientTransformationExtraArgs`) are one class here.
+GradientTransformationExtraArgs = GradientTransformation
+TransformInitFn = InitFn
+TransformUpdateFn = UpdateFn
+TransformUpdateExtraArgsFn = UpdateFn
 
 
 class EmptyState(NamedTuple):
@@ -84,6 +93,41 @@ def forward_extra_args(update_fn: Callable[..., Any]) -> Callable[..., Any]:
         return update_fn(updates, state, params, **kept)
 
     return update
+
+
+def init_empty_state(params: Params) -> EmptyState:
+    """The `init` of a stateless transformation: ignores `params`, returns `EmptyState()`.
+
+    Reference: `optax.init_empty_state`.
+
+    Args:
+      params: the parameters (unused).
+    """
+    del params
+    return EmptyState()
+
+
+def with_extra_args_support(tx: GradientTransformation) -> GradientTransformation:
+    """`tx` with an `update` that accepts any extra keyword arguments (`value=loss`, ...).
+
+    The extra arguments that `tx.update` declares are passed on, the others dropped; a
+    transformation whose `update` already takes `**extra_args` (every gradtx one) is returned
+    unchanged. Optax's version drops every extra argument of an update without `**extra_args`;
+    here one it names explicitly still gets it.
+
+    Args:
+      tx: a transformation (gradtx or Optax).
+
+    Returns:
+      A `GradientTransformation` with `tx.init` and an update accepting `**extra_args`.
+
+    Reference: `optax.with_extra_args_support`.
+    """
+    tx = _as_transformation(tx, "with_extra_args_support", "tx")
+    update = forward_extra_args(tx.update)
+    if update is tx.update and isinstance(tx, GradientTransformation):
+        return tx
+    return GradientTransformation(tx.init, update)
 
 
 def identity() -> GradientTransformation:
@@ -137,6 +181,37 @@ def stateless_with_extra_args(
         return fn(updates, params, extra_args), state
 
     return GradientTransformation(init, update)
+
+
+def stateless_with_tree_map(
+    f: Callable[[jax.Array, jax.Array | None], jax.Array],
+) -> GradientTransformation:
+    """A stateless transformation from a per-leaf `f(update, param) -> update`.
+
+    `f` is mapped over the leaves of the updates and the params; when `update` gets no params,
+    `f` is called with `None` for each param.
+
+    Args:
+      f: a pure function of one update array and its parameter array (or None).
+
+    Returns:
+      A `GradientTransformation` with state `EmptyState`.
+
+    Example: `stateless_with_tree_map(lambda g, p: g * 2.0)` doubles every update.
+
+    Reference: `optax.stateless_with_tree_map`.
+    """
+    who = "stateless_with_tree_map"
+    if not callable(f):
+        raise TypeError(f"{who}: f must be callable, got {type(f).__name__}")
+
+    def fn(updates, params):
+        if params is None:
+            return jax.tree.map(lambda g: f(g, None), updates)
+        assert_same_structure(who, updates=updates, params=params)
+        return jax.tree.map(f, updates, params)
+
+    return stateless(fn)
 
 
 def chain(*transformations: GradientTransformation) -> GradientTransformation:
@@ -263,6 +338,50 @@ def apply_updates(params: Params, updates: Updates) -> Params:
     assert_same_structure("apply_updates", params=params, updates=updates)
     return jax.tree_util.tree_map_with_path(
         _apply_leaf, params, updates, is_leaf=lambda x: x is None
+    )
+
+
+def _polyak_leaf(step_size: ArrayLike, new: Any, old: Any) -> Any:
+    if new is None:
+        return None
+    old = jnp.asarray(old)
+    return (step_size * jnp.asarray(new) + (1.0 - step_size) * old).astype(old.dtype)
+
+
+def incremental_update(new_tensors: Params, old_tensors: Params, step_size: ArrayLike) -> Params:
+    r"""A Polyak (exponential moving) average of tensors, one step of it.
+
+    .. math::  \text{result} = \tau\, \text{new} + (1 - \tau)\, \text{old}
+
+    Typical use: the target network of soft-updated actor-critic methods,
+    `target = gradtx.incremental_update(online, target, 0.005)`. Works under `jit` with a traced
+    `step_size`; each result leaf keeps the dtype of the matching leaf of `old_tensors` (the
+    average); `None` leaves of `new_tensors` pass through.
+
+    Args:
+      new_tensors: the latest values (e.g. the online parameters).
+      old_tensors: the moving average, with the structure of `new_tensors`.
+      step_size: :math:`\tau` in [0, 1], the weight of the new values.
+
+    Returns:
+      The updated average, with the structure of `old_tensors`.
+
+    Examples:
+      >>> import jax.numpy as jnp, gradtx
+      >>> gradtx.core.incremental_update({"w": jnp.ones(2)}, {"w": jnp.zeros(2)}, 0.25)
+      {'w': Array([0.25, 0.25], dtype=float32)}
+
+    Reference: matches `optax.incremental_update`; Polyak & Juditsky, "Acceleration of
+    Stochastic Approximation by Averaging" (SIAM J. Control Optim. 1992).
+    """
+    who = "incremental_update"
+    check_in_range(who, "step_size", step_size, 0.0, 1.0)
+    assert_same_structure(who, new_tensors=new_tensors, old_tensors=old_tensors)
+    return jax.tree.map(
+        lambda n, o: _polyak_leaf(step_size, n, o),
+        new_tensors,
+        old_tensors,
+        is_leaf=lambda x: x is None,
     )
 
 

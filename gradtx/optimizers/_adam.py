@@ -6,8 +6,6 @@ defaults are Optax 0.2.8's; the keyword-only `nu_dtype` that Optax lacks is an a
 Adam variants are in `_adam_variants.py`.
 """
 
-from __future__ import annotations
-
 import inspect
 from typing import Any
 

@@ -5,8 +5,6 @@ decay (after the preconditioner) and the learning rate. Argument names, order an
 Optax 0.2.8's; the keyword-only `mu_dtype` / `nu_dtype` that Optax lacks are additions.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 from .._base._checks import alias_errors

@@ -4,8 +4,6 @@ Each is a `chain` of public primitives: the preconditioner (`scale_by_adan`, `sc
 optionally decoupled weight decay, and the learning rate.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 from .._base._checks import alias_errors

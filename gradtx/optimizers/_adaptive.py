@@ -1,7 +1,5 @@
 """Adaptive per-coordinate optimizers: Adagrad, Adadelta, RMSprop and Adafactor."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax.numpy as jnp

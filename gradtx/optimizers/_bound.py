@@ -1,8 +1,6 @@
 """AdaBound and AMSBound: Adam whose per-element step sizes are clipped into a band that narrows
 to an SGD learning rate. Defaults are nnabla's (and the paper's)."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from .._base._checks import alias_errors

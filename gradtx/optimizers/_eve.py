@@ -1,7 +1,5 @@
 """Eve: Adam with a global feedback factor from the loss (the loss is passed as `value=`)."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from .._base._checks import alias_errors

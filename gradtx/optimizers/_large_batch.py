@@ -1,7 +1,5 @@
 """Layer-wise adaptive optimizers for large batches: LAMB and LARS."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from .._base._checks import alias_errors, check_in_range, check_non_negative, check_positive

@@ -1,7 +1,5 @@
 """L-BFGS: a quasi-Newton direction, scaled by a learning rate or a line search."""
 
-from __future__ import annotations
-
 from .._base._checks import alias_errors
 from .._base._typing import ScalarOrSchedule
 from ..core._transformation import GradientTransformation, chain, identity

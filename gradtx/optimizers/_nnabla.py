@@ -12,8 +12,6 @@ the top-level aliases with the settings given in their docstrings; `SgdW`, `RMSp
 nnabla's missing `Eve` is `eve`.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 from .._base._checks import alias_errors

@@ -4,8 +4,7 @@ Each is a `chain` of public primitives around `scale_by_optimistic_gradient`. Na
 names and defaults are Optax 0.2.8's.
 """
 
-from __future__ import annotations
-
+import warnings
 from typing import Any
 
 from .._base._checks import alias_errors, check_non_negative
@@ -87,7 +86,8 @@ def optimistic_adam(
     scale_by_learning_rate(1.0))`: the same algorithm as `optimistic_adam_v2(1.0,
     alpha=learning_rate, beta=optimism)`. Matches `optax.optimistic_adam`, which Optax deprecates
     in favour of `optax.optimistic_adam_v2` and which rejects schedules; here `learning_rate` and
-    `optimism` may be schedules, and nothing is deprecated.
+    `optimism` may be schedules. Deprecated as in Optax: it emits Optax's `DeprecationWarning`
+    (use `optimistic_adam_v2`).
 
     Args:
       learning_rate: :math:`\eta` >= 0, a float or a schedule.
@@ -104,7 +104,10 @@ def optimistic_adam(
 
     Example:
       >>> import jax.numpy as jnp, gradtx
-      >>> tx = gradtx.optimistic_adam(1e-2, optimism=1.0)
+      >>> import warnings
+      >>> with warnings.catch_warnings():
+      ...     warnings.simplefilter("ignore", DeprecationWarning)
+      ...     tx = gradtx.optimistic_adam(1e-2, optimism=1.0)
       >>> params = {"x": jnp.array(1.0), "y": jnp.array(2.0)}
       >>> state = tx.init(params)
       >>> updates, state = tx.update({"x": params["y"], "y": -params["x"]}, state, params)
@@ -113,6 +116,11 @@ def optimistic_adam(
 
     Reference: Daskalakis et al., "Training GANs with Optimism" (ICLR 2018).
     """
+    warnings.warn(
+        "`optimistic_adam` is deprecated, please use `optimistic_adam_v2` instead.",
+        category=DeprecationWarning,
+        stacklevel=4,  # the caller of the alias (alias_errors wraps it twice)
+    )
     check_non_negative("optimistic_adam", "learning_rate", learning_rate)
     return chain(
         scale_by_adam(b1, b2, eps, eps_root, mu_dtype=mu_dtype, nesterov=nesterov),

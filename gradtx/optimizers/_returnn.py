@@ -7,8 +7,6 @@ a RETURNN config run. RETURNN's algorithms with names of their own (`normalized_
 `neural_optimizer1`, `grad_variance_scaled`) are at the top level.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 from .._base._checks import alias_errors, check_bool

@@ -1,7 +1,5 @@
 """Stochastic gradient descent."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from .._base._checks import alias_errors

@@ -4,8 +4,6 @@ Polyak-step SGD, Rprop and Signum.
 Each is a `chain` of public primitives.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 from .._base._checks import alias_errors, check_non_negative

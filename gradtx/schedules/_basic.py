@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -41,6 +42,38 @@ def constant(value: ArrayLike) -> NamedSchedule:
     return NamedSchedule("constant", fn, value=value)
 
 
+def _degenerate(who: str, transition_steps: Any, transition_begin: Any, **zero: Any) -> tuple:
+    """Optax's documented fallbacks, with a warning: (constant?, transition_begin).
+
+    `transition_steps <= 0` (or a zero in `zero`, exponential_decay's `decay_rate`) gives a
+    constant schedule at `init_value`; a negative `transition_begin` counts from 0. Both are
+    what Optax documents (it logs them at INFO level, which no one sees); here they warn.
+    """
+    check_steps(who, "transition_steps", transition_steps, minimum=-(2**62))
+    check_steps(who, "transition_begin", transition_begin, minimum=-(2**62))
+    constant_reason = None
+    if transition_steps <= 0:
+        constant_reason = f"transition_steps={transition_steps} <= 0"
+    for name, value in zero.items():
+        if isinstance(value, int | float) and value == 0:
+            constant_reason = f"{name}=0"
+    if constant_reason is not None:
+        warnings.warn(
+            f"{who}: {constant_reason} gives a constant schedule at init_value (as in Optax);"
+            " pass transition_steps >= 1 for a transition",
+            UserWarning,
+            stacklevel=3,
+        )
+    if transition_begin < 0:
+        warnings.warn(
+            f"{who}: transition_begin={transition_begin} < 0 counts from step 0 (as in Optax)",
+            UserWarning,
+            stacklevel=3,
+        )
+        transition_begin = 0
+    return constant_reason is not None, transition_begin
+
+
 def _polynomial(
     who: str,
     init_value: ArrayLike,
@@ -49,6 +82,9 @@ def _polynomial(
     transition_steps: int,
     transition_begin: int,
 ) -> NamedSchedule:
+    is_constant, transition_begin = _degenerate(who, transition_steps, transition_begin)
+    if is_constant:
+        return constant(init_value)
     steps = check_steps(who, "transition_steps", transition_steps, minimum=1)
     begin = check_steps(who, "transition_begin", transition_begin, minimum=0)
 
@@ -90,14 +126,15 @@ def polynomial(
       init_value: :math:`I`.
       end_value: :math:`E`.
       power: :math:`p` > 0.
-      transition_steps: :math:`T` >= 1, the length of the transition.
-      transition_begin: :math:`B` >= 0, the steps held at `init_value` first.
+      transition_steps: :math:`T`, the length of the transition (<= 0: constant, see below).
+      transition_begin: :math:`B`, the steps held at `init_value` first (< 0 counts as 0).
 
     Returns:
       A schedule `step -> float32`.
 
-    Reference: `optax.polynomial_schedule` (same values; Optax holds the value when
-    `transition_steps <= 0`, gradtx raises a `ValueError`).
+    Reference: `optax.polynomial_schedule` (same values). As there, `transition_steps <= 0` gives
+    the constant schedule `init_value` and a negative `transition_begin` counts from 0; here
+    each warns.
     """
     check_positive("polynomial", "power", power)
     return _polynomial(
@@ -160,10 +197,16 @@ def exponential_decay(
       >>> [float(lr(t)) for t in (0, 9, 10, 25)]
       [1.0, 1.0, 0.5, 0.25]
 
-    Reference: `optax.exponential_decay` (Optax holds the value when `transition_steps <= 0` or
-    `decay_rate == 0`; gradtx raises a `ValueError`).
+    Reference: `optax.exponential_decay`. As there, `transition_steps <= 0` or `decay_rate == 0`
+    gives the constant schedule `init_value` and a negative `transition_begin` counts from 0;
+    here each warns. A negative `decay_rate` (NaN at fractional powers) raises a `ValueError`.
     """
     who = "exponential_decay"
+    is_constant, transition_begin = _degenerate(
+        who, transition_steps, transition_begin, decay_rate=decay_rate
+    )
+    if is_constant:
+        return constant(init_value)
     steps = check_steps(who, "transition_steps", transition_steps, minimum=1)
     begin = check_steps(who, "transition_begin", transition_begin, minimum=0)
     check_positive(who, "decay_rate", decay_rate)
@@ -261,7 +304,7 @@ def piecewise_interpolate(
     who = "piecewise_interpolate"
     check_one_of(who, "interpolate_type", interpolate_type, ["linear", "cosine"])
     bounds, scales = check_boundaries_and_scales(
-        who, boundaries_and_scales, non_negative_scales=False
+        who, boundaries_and_scales, non_negative_scales=True
     )
 
     def fn(step):

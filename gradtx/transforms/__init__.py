@@ -31,6 +31,10 @@ from ._clipping import clip as clip
 from ._clipping import clip_by_block_rms as clip_by_block_rms
 from ._clipping import clip_by_global_norm as clip_by_global_norm
 from ._clipping import clip_by_norm as clip_by_norm
+from ._clipping import unitwise_clip as unitwise_clip
+from ._clipping import unitwise_norm as unitwise_norm
+from ._constraining import NonNegativeParamsState as NonNegativeParamsState
+from ._constraining import keep_params_nonnegative as keep_params_nonnegative
 from ._decay import WeightDecayState as WeightDecayState
 from ._decay import weight_decay as weight_decay
 from ._decay import weight_decay_by_lr_ratio as weight_decay_by_lr_ratio
@@ -43,6 +47,7 @@ from ._eve import ScaleByEveState as ScaleByEveState
 from ._eve import scale_by_eve as scale_by_eve
 from ._factored import FactoredState as FactoredState
 from ._factored import scale_by_factored_rms as scale_by_factored_rms
+from ._flatten import flatten as flatten
 from ._fromage import (
     scale_by_learning_rate_and_shrink as scale_by_learning_rate_and_shrink,
 )
@@ -67,18 +72,34 @@ from ._moments import ScaleByAmsgradState as ScaleByAmsgradState
 from ._momentum import TraceState as TraceState
 from ._momentum import trace as trace
 from ._momentum import trace_with_lr as trace_with_lr
+from ._monitoring import MonitorState as MonitorState
+from ._monitoring import SnapshotState as SnapshotState
+from ._monitoring import monitor as monitor
+from ._monitoring import snapshot as snapshot
 from ._newbob import NewbobState as NewbobState
 from ._newbob import newbob as newbob
 from ._normalize import normalize_by_update_norm as normalize_by_update_norm
+from ._optax_state_names import AdaptiveGradClipState as AdaptiveGradClipState
+from ._optax_state_names import AddDecayedWeightsState as AddDecayedWeightsState
+from ._optax_state_names import ClipByGlobalNormState as ClipByGlobalNormState
+from ._optax_state_names import ClipState as ClipState
+from ._optax_state_names import ScaleByAdaDeltaState as ScaleByAdaDeltaState
+from ._optax_state_names import ScaleByRmsWithCountState as ScaleByRmsWithCountState
+from ._optax_state_names import ScaleByRStdDevState as ScaleByRStdDevState
+from ._optax_state_names import ScaleByRStdDevWithCountState as ScaleByRStdDevWithCountState
+from ._optax_state_names import ScaleByTrustRatioState as ScaleByTrustRatioState
+from ._optax_state_names import ScaleState as ScaleState
 from ._optimistic import ScaleByOptimisticGradientState as ScaleByOptimisticGradientState
 from ._optimistic import scale_by_optimistic_gradient as scale_by_optimistic_gradient
 from ._per_example import per_example_global_norm_clip as per_example_global_norm_clip
 from ._per_example import per_example_layer_norm_clip as per_example_layer_norm_clip
+from ._plateau import ReduceLROnPlateauState as ReduceLROnPlateauState
 from ._plateau import ReduceOnPlateauState as ReduceOnPlateauState
 from ._plateau import reduce_on_plateau as reduce_on_plateau
 from ._polyak import scale_by_polyak as scale_by_polyak
 from ._rprop import ScaleByRpropState as ScaleByRpropState
 from ._rprop import scale_by_rprop as scale_by_rprop
+from ._scale_gradient import scale_gradient as scale_gradient
 from ._scaling import ScaleByScheduleState as ScaleByScheduleState
 from ._scaling import normalize as normalize
 from ._scaling import scale as scale
@@ -96,15 +117,25 @@ from ._trust_ratio import scale_by_lars_trust_ratio as scale_by_lars_trust_ratio
 from ._trust_ratio import scale_by_param_block_norm as scale_by_param_block_norm
 from ._trust_ratio import scale_by_param_block_rms as scale_by_param_block_rms
 from ._trust_ratio import scale_by_trust_ratio as scale_by_trust_ratio
+from ._zero import ZeroNansState as ZeroNansState
 from ._zero import set_to_zero as set_to_zero
+from ._zero import zero_nans as zero_nans
 
 __all__ = [
+    "AdaptiveGradClipState",
+    "AddDecayedWeightsState",
     "AddNoiseState",
     "BacktrackingLinesearchInfo",
+    "ClipByGlobalNormState",
+    "ClipState",
     "ElementwiseState",
     "FactoredState",
+    "MonitorState",
     "NewbobState",
+    "NonNegativeParamsState",
+    "ReduceLROnPlateauState",
     "ReduceOnPlateauState",
+    "ScaleByAdaDeltaState",
     "ScaleByAdadeltaState",
     "ScaleByAdamState",
     "ScaleByAdanState",
@@ -118,15 +149,22 @@ __all__ = [
     "ScaleByLionState",
     "ScaleByNovogradState",
     "ScaleByOptimisticGradientState",
+    "ScaleByRStdDevState",
+    "ScaleByRStdDevWithCountState",
     "ScaleByRmsState",
+    "ScaleByRmsWithCountState",
     "ScaleByRpropState",
     "ScaleByRssState",
     "ScaleBySM3State",
     "ScaleByScheduleState",
     "ScaleByStddevState",
+    "ScaleByTrustRatioState",
     "ScaleByZoomLinesearchState",
+    "ScaleState",
+    "SnapshotState",
     "TraceState",
     "WeightDecayState",
+    "ZeroNansState",
     "ZoomLinesearchInfo",
     "adaptive_grad_clip",
     "add_decayed_weights",
@@ -138,6 +176,9 @@ __all__ = [
     "clip_by_global_norm",
     "clip_by_norm",
     "elementwise",
+    "flatten",
+    "keep_params_nonnegative",
+    "monitor",
     "newbob",
     "normalize",
     "normalize_by_update_norm",
@@ -180,10 +221,15 @@ __all__ = [
     "scale_by_trust_ratio",
     "scale_by_yogi",
     "scale_by_zoom_linesearch",
+    "scale_gradient",
     "set_to_zero",
+    "snapshot",
     "trace",
     "trace_with_lr",
+    "unitwise_clip",
+    "unitwise_norm",
     "value_and_grad_from_state",
     "weight_decay",
     "weight_decay_by_lr_ratio",
+    "zero_nans",
 ]

@@ -13,8 +13,6 @@ moment bookkeeping is the moment engine's (`_moments.py`), as for `scale_by_adam
 `bound_lr` takes the place of `scale_by_learning_rate` at the end of a chain.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax.numpy as jnp

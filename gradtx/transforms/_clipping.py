@@ -1,4 +1,5 @@
-"""Gradient clipping: by value, per-leaf norm, global norm, block RMS and unit-wise (AGC)."""
+"""Gradient clipping: by value, per-leaf norm, global norm, block RMS and unit-wise (AGC, with
+its building blocks `unitwise_norm` and `unitwise_clip`)."""
 
 from __future__ import annotations
 
@@ -142,9 +143,9 @@ def clip_by_block_rms(threshold: ArrayLike) -> GradientTransformation:
 _UNIT_AXES = {2: (0,), 3: (0,), 4: (0, 1, 2), 5: (0, 1, 2, 3)}
 
 
-def _unitwise_norm(x: jax.Array, axis: int | tuple[int, ...] | None, who: str) -> jax.Array:
-    """L2 norm of each unit of `x`, broadcast to `x`'s shape, in float32."""
-    x = widen(x)
+def _unitwise_norm32(x: ArrayLike, axis: int | tuple[int, ...] | None, who: str) -> jax.Array:
+    """L2 norm of each unit of `x`, broadcast to `x`'s shape, in float32 (or wider)."""
+    x = widen(jnp.asarray(x))
     if axis is None:
         if jnp.squeeze(x).ndim <= 1:
             axis = tuple(range(x.ndim))
@@ -152,11 +153,84 @@ def _unitwise_norm(x: jax.Array, axis: int | tuple[int, ...] | None, who: str) -
             axis = _UNIT_AXES[x.ndim]
         else:
             raise ValueError(
-                f"{who}: cannot infer the unit axes of a parameter of shape {x.shape}; pass "
-                "axis= (the axes one unit's norm is taken over)"
+                f"{who}: cannot infer the unit axes of a parameter of shape {x.shape} (rank "
+                f"{x.ndim}; the defaults cover ranks 0 to 5); pass axis= (the axes one unit's "
+                "norm is taken over)"
             )
     sq = jnp.sum(abs_sq(x), axis=axis, keepdims=True)
     return jnp.broadcast_to(jnp.sqrt(sq), x.shape)
+
+
+def unitwise_norm(x: ArrayLike, axis: int | tuple[int, ...] | None = None) -> jax.Array:
+    r"""The L2 norm of each unit of `x`, broadcast back to `x`'s shape.
+
+    .. math::  n_i = \|x_i\|_2 \quad \text{for each unit } x_i \text{ (a slice of } x\text{)}
+
+    A unit is the whole array for scalars and vectors (and arrays with one non-unit axis); the
+    slices along axis 0 for rank 2 and 3 (fan-in of dense and multi-head kernels); along axes
+    (0, 1, 2) for rank 4 (HWIO convolutions) and (0, 1, 2, 3) for rank 5. Computed in float32;
+    the result has the real dtype of `x` (float32 for integers).
+
+    Args:
+      x: an array.
+      axis: the axes of one unit's norm, or None for the defaults above (a `ValueError` for
+        other ranks).
+
+    Returns:
+      An array of `x`'s shape holding, at each element, the norm of its unit.
+
+    Examples:
+      >>> import jax.numpy as jnp, gradtx
+      >>> gradtx.transforms.unitwise_norm(jnp.array([[3.0, 0.0], [4.0, 1.0]]))
+      Array([[5., 1.],
+             [5., 1.]], dtype=float32)
+
+    Reference: matches `optax.unitwise_norm`; Brock et al., "High-Performance Large-Scale Image
+    Recognition Without Normalization" (ICML 2021).
+    """
+    x = jnp.asarray(x)
+    out_dtype = jnp.real(jnp.zeros((), x.dtype)).dtype
+    if not jnp.issubdtype(out_dtype, jnp.floating):
+        out_dtype = jnp.dtype(jnp.float32)
+    return _unitwise_norm32(x, axis, "unitwise_norm").astype(out_dtype)
+
+
+def unitwise_clip(
+    g_norm: ArrayLike, max_norm: ArrayLike, grad: ArrayLike, div_eps: ArrayLike = 1e-6
+) -> jax.Array:
+    r"""Rescale each unit of `grad` whose norm reaches `max_norm` down to `max_norm`.
+
+    .. math::
+
+      u = \begin{cases} g & \text{if } n < c \\
+        g \cdot c / \max(n, \epsilon_{div}) & \text{otherwise} \end{cases}
+
+    elementwise, with the unit norms :math:`n` (e.g. from `unitwise_norm`) and limits :math:`c`
+    broadcast to `grad`'s shape. The rescaling is computed in float32; the result has `grad`'s
+    dtype.
+
+    Args:
+      g_norm: :math:`n`, the norm of each element's unit, shaped like `grad`.
+      max_norm: :math:`c`, the largest allowed norm of each element's unit, shaped like `grad`.
+      grad: the array to clip.
+      div_eps: :math:`\epsilon_{div}` > 0, a floor of the divisor that only prevents a
+        division by zero.
+
+    Returns:
+      The clipped array; a `ValueError` if the three shapes differ.
+
+    Reference: matches `optax.unitwise_clip` (used by `adaptive_grad_clip`).
+    """
+    who = "unitwise_clip"
+    check_positive(who, "div_eps", div_eps)
+    g_norm, max_norm, grad = jnp.asarray(g_norm), jnp.asarray(max_norm), jnp.asarray(grad)
+    if not g_norm.shape == max_norm.shape == grad.shape:
+        raise ValueError(
+            f"{who}: g_norm, max_norm and grad must have the same shape, got {g_norm.shape}, "
+            f"{max_norm.shape} and {grad.shape} (broadcast the norms with unitwise_norm)"
+        )
+    scaled = widen(grad) * (max_norm / jnp.maximum(g_norm, div_eps))
+    return jnp.where(g_norm < max_norm, grad, scaled.astype(grad.dtype)).astype(grad.dtype)
 
 
 def adaptive_grad_clip(
@@ -193,12 +267,9 @@ def adaptive_grad_clip(
     check_non_negative(who, "eps", eps)
 
     def leaf(g, p):
-        g_norm = _unitwise_norm(g, axis, who)
-        p_norm = _unitwise_norm(p, axis, who)
-        limit = clipping * jnp.maximum(p_norm, eps)
-        # The 1e-6 floor only guards the discarded branch against a division by zero.
-        scaled = widen(g) * (limit / jnp.maximum(g_norm, 1e-6))
-        return jnp.where(g_norm < limit, g, scaled.astype(g.dtype)).astype(g.dtype)
+        g_norm = _unitwise_norm32(g, axis, who)
+        limit = clipping * jnp.maximum(_unitwise_norm32(p, axis, who), eps)
+        return unitwise_clip(g_norm, limit.astype(g_norm.dtype), g)
 
     return stateless_with_params(who, leaf)
 
@@ -209,4 +280,6 @@ __all__ = [
     "clip_by_block_rms",
     "clip_by_global_norm",
     "clip_by_norm",
+    "unitwise_clip",
+    "unitwise_norm",
 ]

@@ -1,7 +1,5 @@
 """Weight decay: adding `rate * param` to the updates."""
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 import jax

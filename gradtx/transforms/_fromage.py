@@ -1,7 +1,5 @@
 """Fromage's step: the learning rate with a shrinkage of the parameters that keeps their norm."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax

@@ -19,7 +19,6 @@ from ..core._transformation import GradientTransformation, require_params
 from ..tree import add_scale, assert_same_structure, cast_like, zeros_like
 from ..tree import vdot as tree_vdot
 from ._linesearch import (
-    check_at_least,
     require_objective,
     value_dtype,
     value_fn_kwargs,
@@ -104,8 +103,8 @@ def scale_by_backtracking_linesearch(
       max_backtracking_steps: the most reductions of the step size, an int >= 0.
       slope_rtol: :math:`c` in [0, 1), the sufficient-decrease coefficient.
       decrease_factor: :math:`\beta` in (0, 1).
-      increase_factor: :math:`\gamma` >= 1 applied to the previous step size for the first try
-        (`math.inf` always starts from `max_learning_rate`).
+      increase_factor: :math:`\gamma` > 0 (usually >= 1) applied to the previous step size for
+        the first try (`math.inf` always starts from `max_learning_rate`).
       max_learning_rate: :math:`\eta_{\max}` > 0.
       atol: :math:`\epsilon` >= 0.
       rtol: :math:`\delta` >= 0.
@@ -129,7 +128,7 @@ def scale_by_backtracking_linesearch(
     check_in_range(
         _WHO, "decrease_factor", decrease_factor, 0.0, 1.0, low_open=True, high_open=True
     )
-    check_at_least(_WHO, "increase_factor", increase_factor, 1.0)
+    check_positive(_WHO, "increase_factor", increase_factor)
     check_positive(_WHO, "max_learning_rate", max_learning_rate)
     check_non_negative(_WHO, "atol", atol)
     check_non_negative(_WHO, "rtol", rtol)

@@ -19,7 +19,7 @@ from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation, require_params
 from ..tree import add_scale, assert_same_structure, cast_like, where, zeros_like
 from ..tree import vdot as tree_vdot
-from ._linesearch import check_at_least, require_objective, value_dtype, value_fn_kwargs
+from ._linesearch import require_objective, value_dtype, value_fn_kwargs
 
 _WHO = "scale_by_zoom_linesearch"
 
@@ -160,7 +160,7 @@ def scale_by_zoom_linesearch(
       max_linesearch_steps: the most evaluations of the objective per step, an int >= 1.
       max_learning_rate: the largest step size tried, > 0, or None for no bound.
       tol: :math:`\epsilon` >= 0, the tolerance of both conditions.
-      increase_factor: the growth of the step size in phase 1, >= 1.
+      increase_factor: the growth of the step size in phase 1, > 0 (usually > 1).
       slope_rtol: :math:`c_1` in [0, 1), the sufficient-decrease coefficient.
       curv_rtol: :math:`c_2` > 0, the curvature coefficient (`jnp.inf` disables the curvature
         condition: a backtracking search by interpolation).
@@ -183,7 +183,7 @@ def scale_by_zoom_linesearch(
     if max_learning_rate is not None:
         check_positive(_WHO, "max_learning_rate", max_learning_rate)
     check_non_negative(_WHO, "tol", tol)
-    check_at_least(_WHO, "increase_factor", increase_factor, 1.0)
+    check_positive(_WHO, "increase_factor", increase_factor)
     check_in_range(_WHO, "slope_rtol", slope_rtol, 0.0, 1.0, high_open=True)
     check_positive(_WHO, "curv_rtol", curv_rtol)
     if approx_dec_rtol is not None:

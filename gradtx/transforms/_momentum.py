@@ -1,8 +1,6 @@
 """Momentum: the `trace` of past updates (heavy ball and Nesterov), with the learning rate outside
 the buffer (`trace`, Optax / PyTorch) or inside it (`trace_with_lr`, nnabla)."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax

@@ -14,13 +14,22 @@ from ..core._transformation import GradientTransformation, monitored_value
 _INF = float("inf")
 
 
-class ReduceOnPlateauState(NamedTuple):
+class ReduceLROnPlateauState(NamedTuple):
+    """`optax.contrib.ReduceLROnPlateauState`'s fields, in its order (also `ReduceOnPlateauState`).
+
+    `count` was `accumulation_count` before gradtx took Optax's layout: a checkpoint saved by
+    field name (`gradtx.save`, `state_dict`) under the old name needs that key renamed to load.
+    """
+
     scale: jax.Array  # float32, the factor applied to the updates
     best_value: jax.Array  # float32, the best (lowest) evaluated value so far, +inf at first
     plateau_count: jax.Array  # int32, evaluations since the last improvement
     cooldown_count: jax.Array  # int32, evaluations left in the cool-down
-    accumulation_count: jax.Array  # int32, values gathered for the next evaluation
+    count: jax.Array  # type: ignore[assignment]  # int32, values gathered for the next evaluation
     avg_value: jax.Array  # float32, the mean of those values
+
+
+ReduceOnPlateauState = ReduceLROnPlateauState  # gradtx's earlier name, the same class
 
 
 def running_mean(count: jax.Array, mean: jax.Array, value: jax.Array) -> tuple[jax.Array, ...]:
@@ -59,7 +68,11 @@ def reduce_on_plateau(
     test `v < (1 - rtol) b - atol` moves its margin the wrong way (a flat or worsening negative
     loss counts as improving, so it never reduces); gradtx uses the relative margin
     :math:`\text{rtol}\,|b|`, correct for either sign. `patience` must be >= 1 (Optax's
-    `patience=0` reduces only on improvements).
+    `patience=0` reduces only on improvements). The state is Optax's `ReduceLROnPlateauState`
+    (same fields, same order); its scale and values are float32 whatever the params' dtype (Optax
+    uses the params' lowest / highest float dtype). Optax also refuses `factor=1`,
+    `rtol=atol=0` and `rtol > 1`; gradtx accepts them (no reduction; any strict decrease counts
+    as an improvement; a margin wider than the value).
 
     Args:
       factor: the reduction factor, in (0, 1].
@@ -72,7 +85,7 @@ def reduce_on_plateau(
       min_scale: the scale never drops below this, >= 0.
 
     Returns:
-      A `GradientTransformation` with state `ReduceOnPlateauState`; `update` needs `value=`.
+      A `GradientTransformation` with state `ReduceLROnPlateauState`; `update` needs `value=`.
 
     Reference: PyTorch `ReduceLROnPlateau`; `optax.contrib.reduce_on_plateau`.
     """
@@ -87,19 +100,19 @@ def reduce_on_plateau(
 
     def init(params):
         del params
-        return ReduceOnPlateauState(
+        return ReduceLROnPlateauState(
             scale=jnp.ones([], jnp.float32),
             best_value=jnp.full([], _INF, jnp.float32),
             plateau_count=jnp.zeros([], jnp.int32),
             cooldown_count=jnp.zeros([], jnp.int32),
-            accumulation_count=jnp.zeros([], jnp.int32),
+            count=jnp.zeros([], jnp.int32),
             avg_value=jnp.zeros([], jnp.float32),
         )
 
     def update(updates, state, params=None, **extra_args):
         del params
         value = monitored_value(who, extra_args)
-        count, avg = running_mean(state.accumulation_count, state.avg_value, value)
+        count, avg = running_mean(state.count, state.avg_value, value)
         evaluate = count >= accumulation_size
 
         best = state.best_value
@@ -111,7 +124,7 @@ def reduce_on_plateau(
         reduce = jnp.logical_not(in_cooldown) & (plateau >= patience)
         reduced = jnp.maximum(state.scale * jnp.float32(factor), jnp.float32(min_scale))
 
-        new_state = ReduceOnPlateauState(
+        new_state = ReduceLROnPlateauState(
             scale=jnp.where(evaluate & reduce, reduced, state.scale),
             best_value=jnp.where(evaluate & improved, avg, best),
             plateau_count=jnp.where(
@@ -122,7 +135,7 @@ def reduce_on_plateau(
                 jnp.where(in_cooldown, state.cooldown_count - 1, jnp.where(reduce, cooldown, 0)),
                 state.cooldown_count,
             ).astype(jnp.int32),
-            accumulation_count=jnp.where(evaluate, 0, count).astype(jnp.int32),
+            count=jnp.where(evaluate, 0, count).astype(jnp.int32),
             avg_value=jnp.where(evaluate, 0.0, avg).astype(jnp.float32),
         )
         scale = new_state.scale
@@ -132,4 +145,4 @@ def reduce_on_plateau(
     return GradientTransformation(init, update)
 
 
-__all__ = ["ReduceOnPlateauState", "reduce_on_plateau"]
+__all__ = ["ReduceLROnPlateauState", "ReduceOnPlateauState", "reduce_on_plateau"]

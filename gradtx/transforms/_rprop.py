@@ -1,7 +1,5 @@
 """Rprop: per-parameter step sizes adapted to the sign agreement of successive gradients."""
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 import jax.numpy as jnp

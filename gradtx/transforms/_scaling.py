@@ -1,7 +1,5 @@
 """Scaling by constants, learning rates and schedules, and the learning-rate ratio helper."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Any, NamedTuple
 

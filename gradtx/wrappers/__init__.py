@@ -6,13 +6,18 @@ here.
 """
 
 from ._accumulate import AccumulateState as AccumulateState
+from ._accumulate import MultiSteps as MultiSteps
+from ._accumulate import MultiStepsState as MultiStepsState
+from ._accumulate import ShouldSkipUpdateFunction as ShouldSkipUpdateFunction
 from ._accumulate import accumulate_k_steps as accumulate_k_steps
 from ._averaging import EmaParamsState as EmaParamsState
+from ._averaging import LookaheadParams as LookaheadParams
 from ._averaging import LookaheadState as LookaheadState
 from ._averaging import ema_params as ema_params
 from ._averaging import lookahead as lookahead
 from ._conditional import ConditionallyMaskState as ConditionallyMaskState
 from ._conditional import ConditionallyTransformState as ConditionallyTransformState
+from ._conditional import ConditionFn as ConditionFn
 from ._conditional import conditionally_mask as conditionally_mask
 from ._conditional import conditionally_transform as conditionally_transform
 from ._conditional import skip_large_updates as skip_large_updates
@@ -22,19 +27,26 @@ from ._ema import ema as ema
 from ._ema import measure_with_ema as measure_with_ema
 from ._finite import ApplyIfFiniteState as ApplyIfFiniteState
 from ._finite import apply_if_finite as apply_if_finite
-from ._finite import zero_nans as zero_nans
 from ._inject import InjectHyperparamsState as InjectHyperparamsState
 from ._inject import inject_hyperparams as inject_hyperparams
+from ._inject_stateful import InjectStatefulHyperparamsState as InjectStatefulHyperparamsState
+from ._inject_stateful import StatefulSchedule as StatefulSchedule
+from ._inject_stateful import WrappedSchedule as WrappedSchedule
+from ._inject_stateful import WrappedScheduleState as WrappedScheduleState
+from ._inject_stateful import inject_stateful_hyperparams as inject_stateful_hyperparams
 from ._label_partition import partition as partition
 from ._partition import LabelsByPattern as LabelsByPattern
+from ._partition import MaskedNode as MaskedNode
 from ._partition import MaskedState as MaskedState
 from ._partition import MultiTransformState as MultiTransformState
+from ._partition import PartitionState as PartitionState
 from ._partition import freeze as freeze
 from ._partition import labels_by_pattern as labels_by_pattern
 from ._partition import lr_multipliers as lr_multipliers
 from ._partition import masked as masked
 from ._partition import multi_transform as multi_transform
 from ._partition import scale_gradient_by as scale_gradient_by
+from ._periodic import ApplyEvery as ApplyEvery
 from ._periodic import ApplyEveryState as ApplyEveryState
 from ._periodic import apply_every as apply_every
 from ._periodic import periodic_update as periodic_update
@@ -42,20 +54,33 @@ from ._project import box as box
 from ._project import l2_ball as l2_ball
 from ._project import non_negative as non_negative
 from ._project import project as project
+from ._selective import selective_transform as selective_transform
 
 __all__ = [
     "AccumulateState",
+    "ApplyEvery",
     "ApplyEveryState",
     "ApplyIfFiniteState",
+    "ConditionFn",
     "ConditionallyMaskState",
     "ConditionallyTransformState",
     "EmaParamsState",
     "EmaState",
     "InjectHyperparamsState",
+    "InjectStatefulHyperparamsState",
     "LabelsByPattern",
+    "LookaheadParams",
     "LookaheadState",
+    "MaskedNode",
     "MaskedState",
+    "MultiSteps",
+    "MultiStepsState",
     "MultiTransformState",
+    "PartitionState",
+    "ShouldSkipUpdateFunction",
+    "StatefulSchedule",
+    "WrappedSchedule",
+    "WrappedScheduleState",
     "accumulate_k_steps",
     "apply_every",
     "apply_if_finite",
@@ -66,6 +91,7 @@ __all__ = [
     "ema_params",
     "freeze",
     "inject_hyperparams",
+    "inject_stateful_hyperparams",
     "l2_ball",
     "labels_by_pattern",
     "lookahead",
@@ -78,7 +104,7 @@ __all__ = [
     "periodic_update",
     "project",
     "scale_gradient_by",
+    "selective_transform",
     "skip_large_updates",
     "skip_not_finite",
-    "zero_nans",
 ]

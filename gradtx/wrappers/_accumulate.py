@@ -34,14 +34,14 @@ predicate; the benchmarks in benchmarks/ are the source of truth there.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_bool, check_int, error_context, expect_state
-from .._base._numerics import zero_count
-from .._base._typing import OptState, Updates
+from .._base._numerics import safe_increment, widen, zero_count
+from .._base._typing import ArrayLike, OptState, Params, Updates
 from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
 from ..state._buffers import check_float_dtype
 from ..tree import assert_same_structure, cast_like, zeros_like
@@ -220,4 +220,205 @@ def _check_skip(who: str, skip: Any) -> jax.Array:
     return skip
 
 
-__all__ = ["AccumulateState", "accumulate_k_steps"]
+# --------------------------------------------------------------------------------------------
+# MultiSteps: Optax's class, its state layout and its accumulator semantics
+# --------------------------------------------------------------------------------------------
+
+
+class ShouldSkipUpdateFunction(Protocol):
+    """The type of a *should-skip function* (`MultiSteps`' and `accumulate_k_steps`'
+    `should_skip_update_fn`), e.g. `gradtx.skip_not_finite`.
+
+    Called as `fn(updates, gradient_step, params)` on every micro-step's gradients (with
+    `gradient_step` the inner steps taken so far, and the params or None), it returns
+    `(should_skip, skip_state)`: a boolean scalar array (True drops the micro-step) and any pytree
+    (of a fixed structure), stored as the wrapper's `skip_state`. Optax's protocol of that name.
+    """
+
+    def __call__(
+        self, updates: Updates, gradient_step: ArrayLike, params: Params | None
+    ) -> tuple[ArrayLike, Any]: ...
+
+
+class MultiStepsState(NamedTuple):
+    """State of `MultiSteps` (Optax's layout and field names)."""
+
+    mini_step: jax.Array  # int32: micro-steps accumulated since the last inner step
+    gradient_step: jax.Array  # int32, saturating: inner steps taken so far
+    inner_opt_state: OptState  # the wrapped optimizer's state (advances on inner steps only)
+    acc_grads: Updates  # running mean (use_grad_mean) or sum of this cycle's gradients; 0 after
+    skip_state: Any = ()  # what `should_skip_update_fn` returned last (() without one)
+
+
+class MultiSteps:
+    r"""Accumulate gradients over `every_k_schedule` micro-steps, then take one step of `opt`.
+
+    .. math::
+
+      a_j = \frac{1}{j}\sum_{i=1}^{j} g_i \ \text{(or the sum)}, \qquad
+      u_j = \begin{cases} 0 & j < k \\ \mathrm{opt}(a_k) & j = k \end{cases}
+
+    after which the accumulator is zero again. The mean is kept by Welford's update
+    :math:`a_j = a_{j-1} + (g_j - a_{j-1}) / j`, in float32 or wider, stored in
+    `accumulator_dtype`. `k` may change over training: `every_k_schedule(gradient_step)`. The
+    inner step runs under a `lax.cond` only on the micro-steps that emit (Optax computes it on
+    every micro-step and multiplies the unused result by 0, so an infinite update on a held
+    micro-step is a NaN there and 0 here). `accumulate_k_steps` is the faster form for a fixed
+    `k` (its accumulator doubles as the buffer of the emitted updates); its state is
+    `AccumulateState`, which is not Optax's.
+
+    Args:
+      opt: the wrapped optimizer.
+      every_k_schedule: micro-steps per inner step: an int >= 1, or a function
+        `gradient_step -> int` (traceable) that may vary the effective batch size.
+      use_grad_mean: pass the mean of the accumulated gradients to `opt` (True) or their sum.
+      should_skip_update_fn: a `ShouldSkipUpdateFunction` (e.g. `gradtx.skip_not_finite`, or
+        `functools.partial(gradtx.skip_large_updates, max_squared_norm=42.0)`): a micro-step it
+        rejects leaves the state as it was (only `skip_state` changes) and gives zero updates.
+      accumulator_dtype: dtype of `acc_grads` (default float32, as Optax; None: the params').
+
+    `init` / `update` give and take a `MultiStepsState(mini_step, gradient_step,
+    inner_opt_state, acc_grads, skip_state)`; `gradient_transformation()` returns them as a
+    `GradientTransformation` (a `MultiSteps` is also accepted directly by `gradtx.chain`).
+    Emitted updates have the gradients' dtype; extra arguments of `update` (`value=loss`) reach
+    `opt` on the emitting micro-step.
+
+    Examples:
+      >>> import jax.numpy as jnp, gradtx
+      >>> ms = gradtx.wrappers.MultiSteps(gradtx.sgd(1.0), every_k_schedule=2)
+      >>> params = {"w": jnp.zeros(2)}
+      >>> state = ms.init(params)
+      >>> u1, state = ms.update({"w": jnp.array([1.0, 3.0])}, state, params)
+      >>> u2, state = ms.update({"w": jnp.array([3.0, 1.0])}, state, params)
+      >>> u2["w"], bool(ms.has_updated(state))
+      (Array([-2., -2.], dtype=float32), True)
+
+    Reference: `optax.MultiSteps` (same arguments, state and accumulator values).
+    """
+
+    def __init__(
+        self,
+        opt: GradientTransformation,
+        every_k_schedule: int | Callable[[ArrayLike], ArrayLike],
+        use_grad_mean: bool = True,
+        should_skip_update_fn: ShouldSkipUpdateFunction | None = None,
+        accumulator_dtype: Any = jnp.float32,
+    ) -> None:
+        who = "MultiSteps"
+        self._opt = _as_transformation(opt, who, "opt")
+        self._inner_update = forward_extra_args(self._opt.update)
+        if callable(every_k_schedule):
+            self._every_k_schedule = every_k_schedule
+        else:
+            check_int(who, "every_k_schedule", every_k_schedule, minimum=1)
+            k = int(every_k_schedule)
+            self._every_k_schedule = lambda step: k
+        check_bool(who, "use_grad_mean", use_grad_mean)
+        if should_skip_update_fn is not None and not callable(should_skip_update_fn):
+            raise TypeError(
+                f"{who}: should_skip_update_fn must be a callable (updates, gradient_step, "
+                f"params) -> (skip, skip_state), e.g. gradtx.skip_not_finite; got "
+                f"{should_skip_update_fn!r}"
+            )
+        check_float_dtype(who, "accumulator_dtype", accumulator_dtype)
+        self._use_grad_mean = bool(use_grad_mean)
+        self._should_skip_update_fn = should_skip_update_fn
+        self._accumulator_dtype = accumulator_dtype
+
+    @property
+    def inner_opt(self) -> GradientTransformation:
+        """The wrapped optimizer."""
+        return self._opt
+
+    def init(self, params: Params) -> MultiStepsState:
+        """The initial `MultiStepsState`: zero counters and accumulator, `opt.init(params)`."""
+        gradient_step = zero_count()
+        skip_state: Any = ()
+        if self._should_skip_update_fn is not None:  # as Optax: its value on zero updates
+            _, skip_state = self._should_skip_update_fn(zeros_like(params), gradient_step, params)
+        return MultiStepsState(
+            mini_step=zero_count(),
+            gradient_step=gradient_step,
+            inner_opt_state=self._opt.init(params),
+            acc_grads=zeros_like(params, self._accumulator_dtype),
+            skip_state=skip_state,
+        )
+
+    def update(
+        self,
+        updates: Updates,
+        state: MultiStepsState,
+        params: Params | None = None,
+        **extra_args: Any,
+    ) -> tuple[Updates, MultiStepsState]:
+        """Accumulate `updates`; on the k-th micro-step return `opt`'s updates (else zeros)."""
+        who = "MultiSteps"
+        expect_state(who, state, MultiStepsState)
+        assert_same_structure(who, updates=updates, **{"state.acc_grads": state.acc_grads})
+        k = self._every_k_schedule(state.gradient_step)
+        skip_state = state.skip_state
+        dropped: Any = False
+        if self._should_skip_update_fn is not None:
+            dropped, skip_state = self._should_skip_update_fn(updates, state.gradient_step, params)
+            dropped = _check_skip(who, dropped)
+        n = state.mini_step
+        mean = self._use_grad_mean
+
+        def accumulate(a, g):
+            a32, g32 = widen(a), widen(g)
+            return a32 + (g32 - a32) / (n + 1).astype(a32.dtype) if mean else a32 + g32
+
+        acc = jax.tree.map(accumulate, state.acc_grads, updates)
+        emit = (n == k - 1) & ~jnp.asarray(dropped)
+
+        def inner_step(acc, inner_state):
+            with error_context(who):
+                out, new_state = self._inner_update(
+                    cast_like(acc, updates), inner_state, params, **extra_args
+                )
+            # both branches of the cond must agree: the inner state keeps its dtypes (as Optax's)
+            return cast_like(out, updates), cast_like(new_state, inner_state)
+
+        def hold(acc, inner_state):
+            return jax.tree.map(jnp.zeros_like, updates), inner_state
+
+        if isinstance(emit, jax.core.Tracer):
+            new_updates, inner_state = jax.lax.cond(
+                emit, inner_step, hold, acc, state.inner_opt_state
+            )
+        else:  # eagerly: run only the branch taken (a cond would compile both at every step)
+            branch = inner_step if bool(emit) else hold
+            new_updates, inner_state = branch(acc, state.inner_opt_state)
+        acc_grads = jax.tree.map(
+            lambda old, new: jnp.where(emit, 0, jnp.where(dropped, old, new)).astype(old.dtype),
+            state.acc_grads,
+            acc,
+        )
+        mini_step = jnp.where(dropped, n, safe_increment(n) % k).astype(n.dtype)
+        gradient_step = jnp.where(
+            emit, safe_increment(state.gradient_step), state.gradient_step
+        ).astype(state.gradient_step.dtype)
+        return new_updates, MultiStepsState(
+            mini_step=mini_step,
+            gradient_step=gradient_step,
+            inner_opt_state=inner_state,
+            acc_grads=acc_grads,
+            skip_state=skip_state,
+        )
+
+    def has_updated(self, state: MultiStepsState | Any) -> jax.Array:
+        """Whether the `update` that returned `state` emitted an inner step."""
+        return jnp.logical_and(state.mini_step == 0, state.gradient_step > 0)
+
+    def gradient_transformation(self) -> GradientTransformation:
+        """`init` and `update` as a `GradientTransformation`."""
+        return GradientTransformation(self.init, self.update)
+
+
+__all__ = [
+    "AccumulateState",
+    "MultiSteps",
+    "MultiStepsState",
+    "ShouldSkipUpdateFunction",
+    "accumulate_k_steps",
+]

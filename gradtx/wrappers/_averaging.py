@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base._checks import check_in_range, check_int, error_context
+from .._base._checks import check_bool, check_in_range, check_int, error_context, expect_state
 from .._base._typing import ArrayLike, OptState, Params
 from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
 from ..transforms._tier import (
@@ -87,15 +87,35 @@ def ema_params(
 
 class LookaheadState(NamedTuple):
     steps_since_sync: jax.Array  # int32 in [0, sync_period)
-    slow: Params  # the slow weights (the parameters to evaluate with)
+    slow: Params  # the slow weights (the parameters to evaluate with); () for LookaheadParams
     inner_state: OptState  # the fast optimizer's state
+
+    @property
+    def fast_state(self) -> OptState:
+        """The fast optimizer's state, under Optax's field name (`inner_state`)."""
+        return self.inner_state
+
+
+class LookaheadParams(NamedTuple):
+    """Fast and slow parameters in one tree, for `lookahead` as Optax uses it.
+
+    Compute the gradients with `params.fast`; evaluate with `params.slow`. `lookahead` then
+    returns updates as a `LookaheadParams` too, for both, and keeps no slow copy in its state.
+    """
+
+    fast: Params
+    slow: Params
+
+    @classmethod
+    def init_synced(cls, params: Params) -> LookaheadParams:
+        """Fast and slow parameters that start equal (both are `params`)."""
+        return cls(fast=params, slow=params)
 
 
 def lookahead(
     tx: GradientTransformation,
     sync_period: int,
     slow_step_size: ArrayLike,
-    *,
     reset_state: bool = False,
 ) -> GradientTransformation:
     r"""Lookahead: `tx` takes fast steps; every `sync_period` steps the slow weights move toward
@@ -106,10 +126,16 @@ def lookahead(
       \theta_{t} = \theta_{t-1} + \mathrm{tx}(g_t); \quad \text{every } k \text{ steps:} \quad
       \phi \leftarrow \phi + \alpha (\theta_t - \phi), \quad \theta_t \leftarrow \phi
 
-    Works on plain parameters: the params you pass are the fast weights, the slow weights
-    :math:`\phi` live in the state (`gradtx.tree.get(state, "slow")`, initialised from the params
-    given to `init`). On a sync step the returned update takes the params exactly to the new slow
-    weights, so right after a sync the params *are* the slow weights.
+    Two forms, chosen by the params given to `init` and `update`:
+
+    - plain parameters: the params you pass are the fast weights, the slow weights :math:`\phi`
+      live in the state (`gradtx.tree.get(state, "slow")`, initialised from the params given to
+      `init`). On a sync step the returned update takes the params exactly to the new slow
+      weights, so right after a sync the params *are* the slow weights.
+    - `LookaheadParams(fast, slow)` (Optax's form; `LookaheadParams.init_synced(params)`): the
+      gradients are those of `params.fast`, the updates are a `LookaheadParams` moving both
+      (the slow ones only on sync steps), and the state keeps no slow copy (`slow` is `()`).
+      A state from `init` on plain params works too (its slow copy is then left unused).
 
     Args:
       tx: the fast optimizer.
@@ -118,8 +144,8 @@ def lookahead(
       reset_state: re-initialise the fast optimizer's state after each synchronisation.
 
     Returns:
-      A `GradientTransformation` with state `LookaheadState(steps_since_sync, slow, inner_state)`;
-      it needs `params`.
+      A `GradientTransformation` with state `LookaheadState(steps_since_sync, slow, inner_state)`
+      (`state.fast_state` reads `inner_state` under Optax's name); it needs `params`.
 
     Examples:
       >>> import jax.numpy as jnp, gradtx
@@ -131,31 +157,59 @@ def lookahead(
       ...     params = gradtx.apply_updates(params, updates)
       >>> params["w"]
       Array([-1.], dtype=float32)
+      >>> both = gradtx.wrappers.LookaheadParams.init_synced({"w": jnp.zeros(1)})
+      >>> state = tx.init(both)
+      >>> for _ in range(2):
+      ...     updates, state = tx.update({"w": jnp.ones(1)}, state, both)
+      ...     both = gradtx.apply_updates(both, updates)
+      >>> both.fast["w"], both.slow["w"]
+      (Array([-1.], dtype=float32), Array([-1.], dtype=float32))
 
     Reference: Zhang et al., "Lookahead Optimizer: k steps forward, 1 step back" (NeurIPS 2019);
-    matches the fast weights of `optax.lookahead` without its `LookaheadParams` wrapper.
+    matches `optax.lookahead` (with `LookaheadParams`: the same updates; Optax's state is
+    `LookaheadState(fast_state, steps_since_sync)`).
     """
     who = "lookahead"
     tx = _as_transformation(tx, who, "tx")
     check_int(who, "sync_period", sync_period, minimum=1)
     check_in_range(who, "slow_step_size", slow_step_size, 0.0, 1.0)
+    check_bool(who, "reset_state", reset_state)
     inner_update = forward_extra_args(tx.update)
 
     def init(params):
+        if isinstance(params, LookaheadParams):
+            return LookaheadState(
+                steps_since_sync=zero_count(), slow=(), inner_state=tx.init(params.fast)
+            )
         return LookaheadState(
             steps_since_sync=zero_count(),
             slow=copy_params(params),
             inner_state=tx.init(params),
         )
 
+    def reset(inner_state, fast_params, sync):
+        if not reset_state:
+            return inner_state
+        fresh = tx.init(fast_params)
+        return jax.tree.map(lambda a, b: jnp.where(sync, a, b), fresh, inner_state)
+
     def update(updates, state, params=None, **extra_args):
+        expect_state(who, state, LookaheadState)
         params = require_params(who, params)
+        sync = state.steps_since_sync == sync_period - 1
+        steps = jnp.where(sync, 0, state.steps_since_sync + 1).astype(state.steps_since_sync.dtype)
+        if isinstance(params, LookaheadParams):
+            return _update_pair(updates, state, params, sync, steps, **extra_args)
+        if isinstance(state.slow, tuple) and not state.slow and jax.tree.leaves(params):
+            raise ValueError(
+                f"{who}: the state was made by init on LookaheadParams; pass "
+                "LookaheadParams(fast, slow) as params to update too"
+            )
         assert_same_structure(who, updates=updates, params=params, **{"state.slow": state.slow})
         with error_context(who):
             fast_updates, inner_state = inner_update(
                 updates, state.inner_state, params, **extra_args
             )
-        sync = state.steps_since_sync == sync_period - 1
 
         def leaf(p, u, s):
             p = jnp.asarray(p)
@@ -166,15 +220,36 @@ def lookahead(
             return out, slow
 
         new_updates, slow = map_split(leaf, 2, params, fast_updates, state.slow)
-        if reset_state:
-            fresh = tx.init(params)
-            inner_state = jax.tree.map(lambda a, b: jnp.where(sync, a, b), fresh, inner_state)
-        steps = jnp.where(sync, 0, state.steps_since_sync + 1).astype(state.steps_since_sync.dtype)
+        inner_state = reset(inner_state, params, sync)
         return new_updates, LookaheadState(
             steps_since_sync=steps, slow=slow, inner_state=inner_state
+        )
+
+    def _update_pair(updates, state, params, sync, steps, **extra_args):
+        # Optax's form: with d = fast + u - slow, a sync step moves slow by alpha d and fast by
+        # u - (1 - alpha) d, i.e. both onto the new slow weights; other steps move fast by u.
+        assert_same_structure(
+            who, updates=updates, **{"params.fast": params.fast, "params.slow": params.slow}
+        )
+        with error_context(who):
+            fast_updates, inner_state = inner_update(
+                updates, state.inner_state, params.fast, **extra_args
+            )
+
+        def leaf(f, u, s):
+            f, s = jnp.asarray(f), jnp.asarray(s)
+            diff = f + u - s
+            slow_u = jnp.where(sync, slow_step_size * diff, jnp.zeros_like(diff))
+            fast_u = jnp.where(sync, u - (1 - slow_step_size) * diff, u)
+            return fast_u.astype(jnp.result_type(u)), slow_u.astype(s.dtype)
+
+        fast_u, slow_u = map_split(leaf, 2, params.fast, fast_updates, params.slow)
+        inner_state = reset(inner_state, params.fast, sync)
+        return LookaheadParams(fast=fast_u, slow=slow_u), LookaheadState(
+            steps_since_sync=steps, slow=state.slow, inner_state=inner_state
         )
 
     return GradientTransformation(init, update)
 
 
-__all__ = ["EmaParamsState", "LookaheadState", "ema_params", "lookahead"]
+__all__ = ["EmaParamsState", "LookaheadParams", "LookaheadState", "ema_params", "lookahead"]

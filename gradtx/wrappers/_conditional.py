@@ -4,7 +4,7 @@ and the predicates that decide whether an accumulated micro-step is skipped."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +16,15 @@ from ..core._transformation import GradientTransformation, _as_transformation
 from ..core._transformation import forward_extra_args as _accepting_extra_args
 from ..tree import cast_like
 from ..tree import norm as tree_norm
+
+
+class ConditionFn(Protocol):
+    """The type of `should_transform_fn` of `conditionally_transform` / `conditionally_mask`
+    (Optax's protocol of that name): `fn(step, **extra_args) -> bool scalar`, with `step` an
+    int32 scalar counting the previous calls of `update` (the extra arguments only with
+    `forward_extra_args=True`)."""
+
+    def __call__(self, step: ArrayLike, **extra_args: Any) -> ArrayLike: ...
 
 
 class ConditionallyTransformState(NamedTuple):
@@ -88,7 +97,7 @@ def _conditional(who: str, inner, should_transform_fn, forward_extra_args: bool,
 
 def conditionally_transform(
     inner: GradientTransformation,
-    should_transform_fn: Callable[..., ArrayLike],
+    should_transform_fn: ConditionFn | Callable[..., ArrayLike],
     forward_extra_args: bool = False,
 ) -> GradientTransformation:
     r"""Run `inner` only on the steps where `should_transform_fn(step)` is True; on the other
@@ -120,7 +129,7 @@ def conditionally_transform(
 
 def conditionally_mask(
     inner: GradientTransformation,
-    should_transform_fn: Callable[..., ArrayLike],
+    should_transform_fn: ConditionFn | Callable[..., ArrayLike],
     forward_extra_args: bool = False,
 ) -> GradientTransformation:
     r"""Run `inner` only on the steps where `should_transform_fn(step)` is True; on the other
@@ -220,6 +229,7 @@ def skip_large_updates(
 
 
 __all__ = [
+    "ConditionFn",
     "ConditionallyMaskState",
     "ConditionallyTransformState",
     "conditionally_mask",

@@ -14,7 +14,6 @@ from ..core._transformation import (
     GradientTransformation,
     _as_transformation,
     forward_extra_args,
-    stateless,
 )
 from ..tree import cast_like
 
@@ -115,20 +114,4 @@ def apply_if_finite(
     return GradientTransformation(init, update)
 
 
-def zero_nans() -> GradientTransformation:
-    r"""Replace NaN and ±Inf gradient elements by 0.
-
-    .. math::  u = \begin{cases} g & g \text{ finite} \\ 0 & \text{otherwise} \end{cases}
-
-    Returns:
-      A stateless `GradientTransformation` (state `EmptyState()`).
-
-    Reference: RETURNN's `gradient_nan_inf_filter` (dense gradients). `optax.zero_nans` replaces
-    NaN only.
-    """
-
-    zero = lambda g: jnp.where(jnp.isfinite(g), g, jnp.zeros_like(g))
-    return stateless(lambda updates, params: jax.tree.map(zero, updates))
-
-
-__all__ = ["ApplyIfFiniteState", "apply_if_finite", "zero_nans"]
+__all__ = ["ApplyIfFiniteState", "apply_if_finite"]

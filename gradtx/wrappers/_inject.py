@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 import re
+import types
+import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -13,7 +15,7 @@ import numpy as np
 
 from .._base._checks import did_you_mean, error_context, expect_state
 from .._base._numerics import safe_increment, zero_count
-from .._base._typing import OptState
+from .._base._typing import ArrayLike, OptState, ScalarOrSchedule, Schedule
 from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
 
 
@@ -23,11 +25,38 @@ class InjectHyperparamsState(NamedTuple):
     inner_state: OptState
 
 
+# Evaluated annotations, by the name they are written with (the aliases are unions, which
+# `str()` would spell out member by member).
+_ALIAS_NAMES = (
+    (ScalarOrSchedule, "ScalarOrSchedule"),
+    (Schedule, "Schedule"),
+    (ArrayLike, "ArrayLike"),
+    (jax.Array, "Array"),
+    (type(None), "None"),
+)
+
+
+def _type_text(ann: Any) -> str:
+    """An evaluated annotation as source text: `float | None`, `ScalarOrSchedule | None`."""
+    for alias, name in _ALIAS_NAMES:
+        if ann is alias or (not isinstance(ann, type) and ann == alias):
+            return name
+    if isinstance(ann, types.UnionType) or typing.get_origin(ann) is typing.Union:
+        args = typing.get_args(ann)
+        for alias, name in _ALIAS_NAMES[:3]:  # a union that contains a whole alias
+            members = typing.get_args(alias)
+            if members and all(m in args for m in members):
+                rest = [a for a in args if a not in members]
+                return " | ".join([name, *(_type_text(a) for a in rest)])
+        return " | ".join(_type_text(a) for a in args)
+    return str(getattr(ann, "__name__", ann))
+
+
 def _annotation_text(param: inspect.Parameter | None) -> str:
     if param is None or param.annotation is inspect.Parameter.empty:
         return ""
     ann = param.annotation
-    return ann if isinstance(ann, str) else str(getattr(ann, "__name__", ann))
+    return ann if isinstance(ann, str) else _type_text(ann)
 
 
 def _wants_int(annotation: str) -> bool:

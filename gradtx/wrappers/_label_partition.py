@@ -66,8 +66,9 @@ def partition(
         params' tree structure to each group's leaves before passing them on.
 
     Returns:
-      A `GradientTransformation` whose state is `gradtx.MultiTransformState(inner_states)`,
-      a dict label -> inner state (Optax wraps each in a `MaskedState`; the updates are the same).
+      A `GradientTransformation` whose state is `PartitionState(inner_states)` (Optax's name;
+      also `gradtx.MultiTransformState`), a dict label -> inner state (Optax wraps each in a
+      `MaskedState`; the updates are the same).
 
     Reference: matches `optax.partition` (formerly `optax.multi_transform`).
 

@@ -21,6 +21,7 @@ import numpy as np
 from .._base._checks import HyperparameterError, did_you_mean, error_context, expect_state
 from .._base._typing import OptState
 from ..core._transformation import (
+    EmptyState,
     GradientTransformation,
     _as_transformation,
     forward_extra_args,
@@ -41,8 +42,13 @@ class MaskedState(NamedTuple):
     inner_state: OptState  # the inner transformation's state, for the selected leaves only
 
 
-class MultiTransformState(NamedTuple):
+class PartitionState(NamedTuple):
+    """State of `multi_transform` / `partition` (Optax's name and field)."""
+
     inner_states: dict[Hashable, OptState]  # label -> state of that label's transformation
+
+
+MultiTransformState = PartitionState  # gradtx's earlier name of the same class
 
 
 class MaskedNode(NamedTuple):
@@ -169,9 +175,10 @@ def multi_transform(
         paths.
 
     Returns:
-      A `GradientTransformation` with state `MultiTransformState(inner_states)`, a dict
-      label -> inner state. Labelling errors (a pattern that matches nothing, an unknown label, a
-      tree that is not a prefix of the params) are raised by `init`.
+      A `GradientTransformation` with state `PartitionState(inner_states)` (also named
+      `MultiTransformState`), a dict label -> inner state. Labelling errors (a pattern that
+      matches nothing, an unknown label, a tree that is not a prefix of the params) are raised
+      by `init`.
 
     Examples:
       >>> import jax.numpy as jnp, gradtx
@@ -258,10 +265,10 @@ def multi_transform(
         for label, tx in txs.items():
             with error_context(f"{who}[{label!r}]"):
                 states[label] = tx.init(_pruned(params, keep_for(per_leaf, label)))
-        return MultiTransformState(inner_states=states)
+        return PartitionState(inner_states=states)
 
     def update(updates, state, params=None, **extra_args):
-        expect_state(who, state, MultiTransformState)
+        expect_state(who, state, PartitionState)
         # JAX rebuilds dicts with sorted keys (e.g. out of a jitted step): compare key sets
         if not isinstance(state.inner_states, dict) or set(state.inner_states) != set(known):
             got = (
@@ -287,7 +294,7 @@ def multi_transform(
             outs.append(u)
         index = {label: i for i, label in enumerate(known)}
         merged = jax.tree.map(lambda lab, *us: us[index[lab]], per_leaf, *outs)
-        return merged, MultiTransformState(inner_states=states)
+        return merged, PartitionState(inner_states=states)
 
     return GradientTransformation(init, update)
 
@@ -365,21 +372,25 @@ def freeze(
       strict: as for `masked`.
 
     Returns:
-      A `GradientTransformation`; state `EmptyState()` without `tx`, else `MaskedState`.
+      A `GradientTransformation` with state `MaskedState(inner_state)`: `EmptyState()` inside
+      without `tx` (as Optax's), else `tx`'s state for the unfrozen leaves.
 
     Reference: `optax.freeze` (without `tx`), `optax.selective_transform` (with `tx`).
     """
     who = "freeze"
     if tx is None:
 
-        def zero_frozen(updates, params):
-            frozen = resolve_mask(who, mask, updates, strict=strict)
-            return jax.tree.map(lambda f, u: jnp.zeros_like(u) if f else u, frozen, updates)
+        def init_frozen(params):
+            resolve_mask(who, mask, params, strict=strict)  # pattern errors at init
+            return MaskedState(inner_state=EmptyState())  # Optax's layout (masked set_to_zero)
 
-        # pattern errors are reported at init, where the params are known
-        return stateless(
-            zero_frozen, validate=lambda params: resolve_mask(who, mask, params, strict=strict)
-        )
+        def zero_frozen(updates, state, params=None, **extra_args):
+            del params, extra_args  # the state has no buffers: any empty state is accepted
+            frozen = resolve_mask(who, mask, updates, strict=strict)
+            zeroed = jax.tree.map(lambda f, u: jnp.zeros_like(u) if f else u, frozen, updates)
+            return zeroed, state
+
+        return GradientTransformation(init_frozen, zero_frozen)
 
     tx = _as_transformation(tx, who, "tx")
     update_fn = forward_extra_args(tx.update)
@@ -535,6 +546,7 @@ __all__ = [
     "MaskedNode",
     "MaskedState",
     "MultiTransformState",
+    "PartitionState",
     "freeze",
     "labels_by_pattern",
     "lr_multipliers",

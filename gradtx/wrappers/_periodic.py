@@ -27,11 +27,15 @@ def _check_period(who: str, name: str, value: Any) -> None:
         raise HyperparameterError(who, name, value, "an integer >= 1", got=shown)
 
 
-class ApplyEveryState(NamedTuple):
-    """State of `apply_every`: the position in the cycle and the running sum of gradients."""
+class ApplyEvery(NamedTuple):
+    """State of `apply_every`: the position in the cycle and the running sum of gradients
+    (Optax's name for it; `ApplyEveryState` is the same class)."""
 
     count: jax.Array  # type: ignore[assignment]  # int32 in [0, k): steps since the last emit
     grad_acc: Updates  # sum of this cycle's gradients (dtype of the params)
+
+
+ApplyEveryState = ApplyEvery  # gradtx's earlier name of the same class
 
 
 def apply_every(k: ArrayLike = 1) -> GradientTransformation:
@@ -51,20 +55,20 @@ def apply_every(k: ArrayLike = 1) -> GradientTransformation:
       k: the period, an integer >= 1 (may be a traced integer under `jit`).
 
     Returns:
-      A `GradientTransformation` with state `ApplyEveryState(count, grad_acc)`.
+      A `GradientTransformation` with state `ApplyEvery(count, grad_acc)` (also named
+      `ApplyEveryState`).
 
-    Reference: matches `optax.apply_every` (same state fields; Optax's state type is named
-    `ApplyEvery`).
+    Reference: matches `optax.apply_every` (same state type name and fields).
     """
     who = "apply_every"
     _check_period(who, "k", k)
 
     def init(params):
-        return ApplyEveryState(count=zero_count(), grad_acc=zeros_like(params))
+        return ApplyEvery(count=zero_count(), grad_acc=zeros_like(params))
 
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
-        expect_state(who, state, ApplyEveryState)
+        expect_state(who, state, ApplyEvery)
         assert_same_structure(who, updates=updates, **{"state.grad_acc": state.grad_acc})
         phase = state.count % k
         restart = phase == 0
@@ -78,7 +82,7 @@ def apply_every(k: ArrayLike = 1) -> GradientTransformation:
 
         new_updates, grad_acc = map_split(leaf, 2, updates, state.grad_acc)
         count = (safe_increment(state.count) % k).astype(state.count.dtype)
-        return new_updates, ApplyEveryState(count=count, grad_acc=grad_acc)
+        return new_updates, ApplyEvery(count=count, grad_acc=grad_acc)
 
     return GradientTransformation(init, update)
 
@@ -122,4 +126,4 @@ def periodic_update(
     )
 
 
-__all__ = ["ApplyEveryState", "apply_every", "periodic_update"]
+__all__ = ["ApplyEvery", "ApplyEveryState", "apply_every", "periodic_update"]

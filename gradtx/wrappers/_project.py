@@ -7,13 +7,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from .._base._checks import check_positive, concrete
+from .._base._checks import check_positive
 from .._base._typing import ArrayLike, Params, PyTree
 from ..core._transformation import GradientTransformation, require_params, stateless
-from ..tree import assert_same_structure, norm
-from ._common import is_leaf_value
+from ..projections._projections import bound_tree, check_bounds, clip_leaf, projection_l2_ball
+from ..tree import assert_same_structure
 
 
 def _candidate(p: Any, u: jax.Array) -> jax.Array:
@@ -45,17 +44,24 @@ def project(fn: Callable[[Params], Params]) -> GradientTransformation:
 
     Args:
       fn: the projection, a function from a params-shaped tree to a tree of the same structure
-        (None leaves stay None), e.g. `lambda p: jax.tree.map(lambda x: jnp.clip(x, -1, 1), p)`.
+        (None leaves stay None), e.g. one of `gradtx.projections`:
+        `functools.partial(gradtx.projections.projection_l1_ball, scale=2.0)`.
 
     Returns:
       A stateless `GradientTransformation` (state `EmptyState()`); it needs `params`.
 
-    Reference: projected gradient descent; `optax.projections`; the clipping of quantizer
-    parameters into their valid ranges after each solver update in quantization-aware training.
+    Reference: projected gradient descent; `gradtx.projections` (`optax.projections`); the
+    clipping of quantizer parameters into their valid ranges after each solver update in
+    quantization-aware training.
     """
     who = "project"
     if not callable(fn):
         raise TypeError(f"{who}: fn must be callable (params -> projected params), got {fn!r}")
+    return _project(who, fn)
+
+
+def _project(who: str, fn: Callable[[Params], Params]) -> GradientTransformation:
+    """`project(fn)` whose errors name `who`."""
 
     def apply(params, updates):
         candidate = jax.tree.map(_candidate, params, updates)
@@ -72,20 +78,13 @@ def project(fn: Callable[[Params], Params]) -> GradientTransformation:
     return _projection(who, apply)
 
 
-def _as_bound_tree(who: str, name: str, bound: Any, params: PyTree) -> PyTree:
-    if is_leaf_value(bound) and bound is not None:
-        return jax.tree.map(lambda _: bound, params)
-    assert_same_structure(who, params=params, **{name: bound})
-    return bound
-
-
 def _box_leaf(p: Any, u: jax.Array, lo: Any, hi: Any) -> jax.Array:
     p = jnp.asarray(p)
     lo = jnp.asarray(lo, p.dtype)
     hi = jnp.asarray(hi, p.dtype)
     cand = _candidate(p, u)
     inside = (cand >= lo) & (cand <= hi)
-    v = (jnp.clip(cand, lo, hi) - p).astype(u.dtype)
+    v = (clip_leaf(cand, lo, hi) - p).astype(u.dtype)
     # p + v can round past a bound by one unit in the last place (when |v| >> |bound|); one step
     # of v toward the inside fixes it, a second guards the mixed-dtype case.
     for _ in range(2):
@@ -95,31 +94,12 @@ def _box_leaf(p: Any, u: jax.Array, lo: Any, hi: Any) -> jax.Array:
     return jnp.where(inside, u, v)
 
 
-def _check_bounds(who: str, lower: Any, upper: Any) -> None:
-    los = [lower] if is_leaf_value(lower) else jax.tree.leaves(lower)
-    his = [upper] if is_leaf_value(upper) else jax.tree.leaves(upper)
-    los = los * len(his) if len(los) == 1 else los
-    his = his * len(los) if len(his) == 1 else his
-    if len(los) != len(his):
-        raise ValueError(f"{who}: lower and upper have {len(los)} and {len(his)} leaves")
-    for lo_value, hi_value in zip(los, his, strict=True):
-        lo, hi = concrete(lo_value), concrete(hi_value)
-        if lo is None or hi is None:
-            continue
-        if np.any(np.isnan(lo)) or np.any(np.isnan(hi)):
-            raise ValueError(f"{who}: bounds must not be NaN, got lower={lo!r}, upper={hi!r}")
-        if not np.all(lo <= hi):
-            raise ValueError(
-                f"{who}: lower must be <= upper, got lower={lo_value!r}, upper={hi_value!r}"
-            )
-
-
 def _box(who: str, lower: Any, upper: Any) -> GradientTransformation:
-    _check_bounds(who, lower, upper)
+    check_bounds(who, lower, upper)
 
     def apply(params, updates):
-        lo = _as_bound_tree(who, "lower", lower, params)
-        hi = _as_bound_tree(who, "upper", upper, params)
+        lo = bound_tree(who, "lower", lower, params)
+        hi = bound_tree(who, "upper", upper, params)
         return jax.tree.map(_box_leaf, params, updates, lo, hi)
 
     return _projection(who, apply)
@@ -143,7 +123,7 @@ def box(lower: ArrayLike | PyTree, upper: ArrayLike | PyTree) -> GradientTransfo
       A stateless `GradientTransformation`; it needs `params`. Bounds are compared in each
       parameter's dtype.
 
-    Reference: projected gradient descent onto a box; `optax.projections.projection_box`.
+    Reference: projected gradient descent onto a box; `gradtx.projections.projection_box`.
     """
     return _box("box", lower, upper)
 
@@ -154,7 +134,7 @@ def non_negative() -> GradientTransformation:
     Returns:
       A stateless `GradientTransformation`; it needs `params`.
 
-    Reference: `optax.projections.projection_non_negative`; `optax.keep_params_nonnegative`.
+    Reference: `gradtx.projections.projection_non_negative`; `optax.keep_params_nonnegative`.
     """
     return _box("non_negative", 0.0, jnp.inf)
 
@@ -173,25 +153,11 @@ def l2_ball(radius: ArrayLike = 1.0) -> GradientTransformation:
     Returns:
       A stateless `GradientTransformation`; it needs `params`.
 
-    Reference: `optax.projections.projection_l2_ball`.
+    Reference: `gradtx.projections.projection_l2_ball` (`optax.projections.projection_l2_ball`).
     """
     who = "l2_ball"
     check_positive(who, "radius", radius)
-
-    def apply(params, updates):
-        candidate = jax.tree.map(_candidate, params, updates)
-        n = norm(candidate)
-        r = jnp.asarray(radius, n.dtype)
-        outside = n > r
-        factor = jnp.where(outside, r / jnp.where(outside, n, 1.0), 1.0)
-
-        def leaf(c, p, u):
-            target = (c.astype(factor.dtype) * factor).astype(c.dtype)
-            return jnp.where(outside, (target - p).astype(u.dtype), u)
-
-        return jax.tree.map(leaf, candidate, params, updates)
-
-    return _projection(who, apply)
+    return _project(who, lambda tree: projection_l2_ball(tree, radius))
 
 
 __all__ = ["box", "l2_ball", "non_negative", "project"]

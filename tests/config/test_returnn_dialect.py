@@ -103,7 +103,7 @@ def test_gradient_options_in_returnn_order():
             gradtx.clip(3.0),
             gradtx.clip_by_norm(2.0),
             gradtx.clip_by_global_norm(1.5),
-            gradtx.zero_nans(),
+            gradtx.zero_nans(non_finite=True),
             gradtx.nnabla.adam(0.01, eps=EPS),
         ),
         3,

@@ -233,19 +233,14 @@ def test_repr_names_the_arguments():
 # --------------------------------------------------------------------------------------------
 
 INVALID = [
-    (lambda: S.linear(1.0, 0.0, 0), "linear", "transition_steps"),
-    (lambda: S.linear(1.0, 0.0, -3), "linear", "transition_steps"),
-    (lambda: S.linear(1.0, 0.0, 10, -1), "linear", "transition_begin"),
     (lambda: S.linear(1.0, 0.0, 10.5), "linear", "transition_steps"),
     (lambda: S.polynomial(1.0, 0.0, 0.0, 10), "polynomial", "power"),
-    (lambda: S.polynomial(1.0, 0.0, 2.0, 0), "polynomial", "transition_steps"),
-    (lambda: S.exponential_decay(1.0, 0, 0.5), "exponential_decay", "transition_steps"),
-    (lambda: S.exponential_decay(1.0, 10, 0.0), "exponential_decay", "decay_rate"),
     (lambda: S.exponential_decay(1.0, 10, -0.5), "exponential_decay", "decay_rate"),
     (lambda: S.piecewise_constant(1.0, {5: -0.1}), "piecewise_constant", "5"),
     (lambda: S.piecewise_constant(1.0, {-2: 0.1}), "piecewise_constant", "boundar"),
     (lambda: S.piecewise_constant(1.0, [(2, 0.1)]), "piecewise_constant", "dict"),
     (lambda: S.piecewise_interpolate("cubic", 1.0, {}), "piecewise_interpolate", "linear"),
+    (lambda: S.piecewise_interpolate("linear", 1.0, {5: -0.5}), "piecewise_interpolate", "5"),
     (lambda: S.multistep(1.0, 0.1, [10, 5]), "multistep", "milestones"),
     (lambda: S.multistep(1.0, -0.1, [5]), "multistep", "gamma"),
     (lambda: S.inverse_sqrt(1.0, 0), "inverse_sqrt", "warmup_steps"),
@@ -261,9 +256,35 @@ def test_invalid_arguments_raise_at_construction(make, who, arg):
     assert "got" in message
 
 
+DEGENERATE = [
+    (lambda: S.linear(1.0, 0.0, 0), "linear: transition_steps=0 <= 0 gives a constant"),
+    (lambda: S.polynomial(2.0, 0.0, 2.0, -3), "polynomial: transition_steps=-3 <= 0"),
+    (lambda: S.exponential_decay(2.0, 0, 0.5), "exponential_decay: transition_steps=0"),
+    (lambda: S.exponential_decay(2.0, 10, 0.0), "exponential_decay: decay_rate=0 gives"),
+]
+
+
+@pytest.mark.parametrize(("make", "warning"), DEGENERATE)
+def test_degenerate_transitions_are_optax_constant_schedules_with_a_warning(make, warning):
+    """Optax documents a constant schedule at init_value here; gradtx follows and warns."""
+    with pytest.warns(UserWarning, match=warning):
+        schedule = make()
+    assert schedule.__name__ == "constant"
+    np.testing.assert_array_equal(curve(schedule, np.arange(0, 30, 7)), float(schedule(0)))
+    assert float(schedule(100)) in (1.0, 2.0)
+
+
+def test_negative_transition_begin_counts_from_zero_as_in_optax():
+    with pytest.warns(UserWarning, match=r"linear: transition_begin=-4 < 0 counts from step 0"):
+        ours = S.linear(1.0, 0.0, 10, -4)
+    ref = optax.linear_schedule(1.0, 0.0, 10, -4)
+    t = np.arange(0, 14)
+    np.testing.assert_allclose(curve(ours, t), [float(ref(i)) for i in t], rtol=1e-6)
+
+
 def test_messages_name_the_received_value_and_fix():
-    with pytest.raises(ValueError, match=r"linear: transition_steps must be >= 1, got 0"):
-        S.linear(1.0, 0.0, 0)
+    with pytest.raises(ValueError, match=r"linear: transition_steps must be an integer"):
+        S.linear(1.0, 0.0, 2.5)
     with pytest.raises(ValueError, match=r"pass them as \[5, 10\]"):
         S.multistep(1.0, 0.1, [10, 5])
 

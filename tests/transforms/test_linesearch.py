@@ -344,7 +344,7 @@ INVALID = [
     (gradtx.scale_by_zoom_linesearch, {"max_linesearch_steps": 2.5}, "max_linesearch_steps", "2.5"),
     (gradtx.scale_by_zoom_linesearch, {"max_learning_rate": 0.0}, "max_learning_rate", "0.0"),
     (gradtx.scale_by_zoom_linesearch, {"tol": -1.0}, "tol", "-1.0"),
-    (gradtx.scale_by_zoom_linesearch, {"increase_factor": 0.5}, "increase_factor", "0.5"),
+    (gradtx.scale_by_zoom_linesearch, {"increase_factor": 0.0}, "increase_factor", "0.0"),
     (gradtx.scale_by_zoom_linesearch, {"slope_rtol": 1.0}, "slope_rtol", "1.0"),
     (gradtx.scale_by_zoom_linesearch, {"curv_rtol": 0.0}, "curv_rtol", "0.0"),
     (gradtx.scale_by_zoom_linesearch, {"approx_dec_rtol": -1e-6}, "approx_dec_rtol", "-1e-06"),
@@ -363,7 +363,7 @@ INVALID = [
     ),
     (gradtx.scale_by_backtracking_linesearch, {"slope_rtol": -0.1}, "slope_rtol", "-0.1"),
     (gradtx.scale_by_backtracking_linesearch, {"decrease_factor": 1.0}, "decrease_factor", "1.0"),
-    (gradtx.scale_by_backtracking_linesearch, {"increase_factor": 0.9}, "increase_factor", "0.9"),
+    (gradtx.scale_by_backtracking_linesearch, {"increase_factor": -1.0}, "increase_factor", "-1.0"),
     (
         gradtx.scale_by_backtracking_linesearch,
         {"max_learning_rate": -1.0},

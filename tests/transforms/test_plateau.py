@@ -3,6 +3,7 @@ newbob (against a transcription of RETURNN's learning-rate control)."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -137,6 +138,85 @@ def test_state_layout_chain_dtypes_and_jit():
         np.asarray(-0.05 * jax.tree.leaves(params)[0].astype(jnp.float32), np.float32),
         rtol=1e-2,
     )
+
+
+def test_state_is_optaxs_layout_and_signature_matches():
+    import inspect
+
+    from gradtx.transforms._plateau import ReduceLROnPlateauState, ReduceOnPlateauState
+
+    assert ReduceOnPlateauState is ReduceLROnPlateauState is gradtx.contrib.ReduceLROnPlateauState
+    assert gradtx.contrib.reduce_on_plateau is gradtx.reduce_on_plateau
+    assert ReduceLROnPlateauState._fields == optax.contrib.ReduceLROnPlateauState._fields
+    ours = inspect.signature(gradtx.reduce_on_plateau).parameters
+    theirs = inspect.signature(optax.contrib.reduce_on_plateau).parameters
+    assert [(n, p.default) for n, p in ours.items()] == [(n, p.default) for n, p in theirs.items()]
+
+
+def drive_states(tx, values):
+    """Like `drive`, but returns every state along the run."""
+
+    @jax.jit
+    def go(values):
+        def body(state, v):
+            _, state = tx.update(PARAMS, state, PARAMS, value=v)
+            return state, state
+
+        return jax.lax.scan(body, tx.init(PARAMS), values)[1]
+
+    return go(jnp.asarray(values, jnp.float32))
+
+
+@pytest.mark.parametrize("config", [CONFIGS[1], CONFIGS[2]])
+def test_every_state_field_matches_optax(config):
+    values = loss_sequence(n=120, seed=2)
+    ours = drive_states(gradtx.reduce_on_plateau(**config), values)
+    theirs = drive_states(optax.contrib.reduce_on_plateau(**config), values)
+    for name in optax.contrib.ReduceLROnPlateauState._fields:
+        np.testing.assert_allclose(
+            getattr(ours, name), getattr(theirs, name), rtol=1e-6, err_msg=name
+        )
+    assert len(set(np.asarray(ours.scale).tolist())) > 1
+
+
+@functools.cache
+def _optax_field_steps():
+    """gradtx's and Optax's jitted update for one configuration (compiled once per module)."""
+    kw = dict(factor=0.5, patience=5, rtol=1e-4, atol=0.0, cooldown=5, accumulation_size=3)
+    kw["min_scale"] = 0.01
+    return (
+        jax.jit(gradtx.reduce_on_plateau(**kw).update),
+        jax.jit(optax.contrib.reduce_on_plateau(**kw).update),
+    )
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(best_value=1.0, plateau_count=3, scale=0.1, cooldown_count=0, count=0, avg_value=0.0),
+        dict(best_value=1.0, plateau_count=0, scale=0.1, cooldown_count=3, count=0, avg_value=0.0),
+        dict(best_value=1.0, plateau_count=4, scale=0.01, cooldown_count=0, count=0, avg_value=0.0),
+        dict(best_value=2.0, plateau_count=1, scale=0.5, cooldown_count=0, count=2, avg_value=1.5),
+    ],
+)
+@pytest.mark.parametrize("value", [0.5, 2.0])
+def test_states_built_by_optax_field_names(fields, value):
+    """Optax's own tests build the state by field name and unpack it positionally."""
+    from gradtx.transforms._plateau import ReduceLROnPlateauState
+
+    dtypes = dict(plateau_count=jnp.int32, cooldown_count=jnp.int32, count=jnp.int32)
+    arrays = {k: jnp.asarray(v, dtypes.get(k, jnp.float32)) for k, v in fields.items()}
+    ours, theirs = _optax_field_steps()
+    for _ in range(3):
+        v = jnp.asarray(value, jnp.float32)
+        u1, s1 = ours(PARAMS, ReduceLROnPlateauState(**arrays), value=v)
+        u2, s2 = theirs(PARAMS, optax.contrib.ReduceLROnPlateauState(**arrays), value=v)
+        np.testing.assert_allclose(u1["w"], u2["w"], rtol=1e-6)
+        scale, _best_value, _plateau_count, _cooldown_count, *_ = s1  # unpacks as Optax's
+        for a, b in zip(s1, s2, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-6)
+        arrays = s1._asdict()
+    assert s1.count.dtype == jnp.int32 and scale.dtype == jnp.float32
 
 
 def test_missing_value_says_how_to_pass_it():

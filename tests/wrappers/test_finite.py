@@ -117,10 +117,11 @@ def test_apply_if_finite_validation():
         gradtx.apply_if_finite(gradtx.sgd(0.1), 2.5)  # type: ignore[arg-type]
 
 
-def test_zero_nans_filters_nan_and_inf():
+def test_zero_nans_non_finite_filters_nan_and_inf():
     g = {"a": jnp.array([1.0, np.nan, np.inf, -np.inf, -2.0]), "b": jnp.array([3.0], jnp.bfloat16)}
-    tx = gradtx.zero_nans()
+    tx = gradtx.zero_nans(non_finite=True)
     u, state = jax.jit(tx.update)(g, tx.init(g))
     np.testing.assert_array_equal(u["a"], [1.0, 0.0, 0.0, 0.0, -2.0])
     assert u["b"].dtype == jnp.bfloat16 and float(u["b"][0]) == 3.0
-    assert state == gradtx.EmptyState()
+    assert isinstance(state, gradtx.ZeroNansState)
+    assert bool(state.found_nan["a"]) and not bool(state.found_nan["b"])

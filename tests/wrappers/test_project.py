@@ -116,3 +116,38 @@ def test_project_with_a_custom_set_and_errors():
         gradtx.non_negative().update(params, gradtx.EmptyState())
     with pytest.raises(ValueError, match=r"project: params and fn\(params \+ updates\) differ"):
         gradtx.project(lambda p: {"v": p["w"]}).update(params, gradtx.EmptyState(), params)
+
+
+def test_wrappers_land_on_the_projections_of_gradtx_and_optax():
+    import functools
+
+    import optax
+
+    from gradtx import projections
+
+    params = mixed_params(1)
+    updates = jax.tree.map(lambda x: 3.0 * x + 1.0, mixed_params(2))
+    candidate = gradtx.apply_updates(params, updates)
+    cases = [
+        (gradtx.box(-0.4, 0.6), optax.projections.projection_box, (-0.4, 0.6)),
+        (gradtx.non_negative(), optax.projections.projection_non_negative, ()),
+        (gradtx.l2_ball(2.0), optax.projections.projection_l2_ball, (2.0,)),
+        (
+            gradtx.project(functools.partial(projections.projection_l1_ball, scale=1.5)),
+            optax.projections.projection_l1_ball,
+            (1.5,),
+        ),
+        (
+            gradtx.project(projections.projection_simplex),
+            optax.projections.projection_simplex,
+            (),
+        ),
+    ]
+    for tx, reference, args in cases:
+        u, _ = tx.update(updates, tx.init(params), params)
+        new = gradtx.apply_updates(params, u)
+        if reference is optax.projections.projection_box:  # optax needs per-leaf bounds
+            args = tuple(jax.tree.map(lambda x, b=b: jnp.full_like(x, b), candidate) for b in args)
+        expected = reference(candidate, *args)
+        for a, b in zip(jax.tree.leaves(new), jax.tree.leaves(expected), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
