@@ -9,7 +9,7 @@ STAMP_TEST  := $(VENV)/.stamp-test
 STAMP_DEMO  := $(VENV)/.stamp-demo
 PYTEST_ARGS ?= -n 2
 
-.PHONY: test demo bench docs lint typecheck pytest format clean
+.PHONY: test demo bench docs lint typecheck pytest format clean optax-suite
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,13 @@ format: $(STAMP_TEST)
 
 demo: $(STAMP_DEMO)
 	$(PY) -m gradtx demo
+
+# Optax's own tests (from the installed optax wheel), run plain and with gradtx substituted for
+# every public Optax name it shares; prints touched / passed / regressions per file. OPTAX_SUITE_ARGS
+# narrows it (e.g. OPTAX_SUITE_ARGS="--files 'transforms/*'"); tests/test_optax_suite.py runs the
+# CI subset.
+optax-suite: $(STAMP_TEST)
+	$(PY) -m tests.optax_suite $(OPTAX_SUITE_ARGS)
 
 bench: $(STAMP_TEST)
 	$(PY) -m benchmarks

@@ -54,6 +54,7 @@ from .core import EmptyState as EmptyState
 from .core import GradientTransformation as GradientTransformation
 from .core import GradientTransformationExtraArgs as GradientTransformationExtraArgs
 from .core import HyperparameterError as HyperparameterError
+from .core import MissingValueError as MissingValueError
 from .core import TransformInitFn as TransformInitFn
 from .core import TransformUpdateExtraArgsFn as TransformUpdateExtraArgsFn
 from .core import TransformUpdateFn as TransformUpdateFn

@@ -93,3 +93,15 @@ def test_counterparts_are_found_in_optax_namespaces():
     assert found[("optax.projections", "projection_simplex")] is (
         gradtx.projections.projection_simplex
     )
+
+
+def test_every_skipped_optax_test_has_its_reason_in_the_migration_table():
+    from tests.optax_suite.differences import SKIPS, reasons, skip_reason
+
+    table = reasons()
+    assert {"rprop", "one-transformation-class"} <= set(table)
+    for key in SKIPS:
+        assert table.get(key), key
+    reason = skip_reason("optax_tests/_src/base_test.py::ExtraArgsTest::test_isinstance")
+    assert reason == f"[one-transformation-class] {table['one-transformation-class']}"
+    assert skip_reason("optax_tests/_src/alias_test.py::AliasTest::test_adam") is None

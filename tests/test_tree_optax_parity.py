@@ -219,13 +219,17 @@ def test_max_min_skip_empty_leaves_and_give_infinities_for_no_elements():
 
 def test_reductions_differ_from_optax_only_in_a_wider_accumulator():
     # Deliberate: bf16 leaves are summed / normed in float32 (Optax: bf16), an empty tree's
-    # inf-norm is 0 (Optax: -inf), and vdot is the real part in float32 (Optax: the leaves' dtype).
+    # inf-norm is 0 (Optax: -inf). vdot is Optax's (complex for complex leaves).
     half = tree.cast(small_params(), jnp.bfloat16)
     assert tree.sum(half).dtype == jnp.float32 and tree.norm(half).dtype == jnp.float32
     np.testing.assert_allclose(tree.sum(half), optax.tree.sum(half).astype(jnp.float32), 1e-2)
     assert float(tree.norm({}, ord=jnp.inf)) == 0.0
     c = {"a": jnp.asarray([1 + 2j], jnp.complex64)}
-    np.testing.assert_allclose(tree.vdot(c, c), np.real(optax.tree.vdot(c, c)), rtol=1e-6)
+    np.testing.assert_allclose(tree.vdot(c, c), optax.tree.vdot(c, c), rtol=1e-6)
+    d = {"a": jnp.asarray([1 + 2j], jnp.complex64), "b": jnp.ones(2)}
+    e = {"a": jnp.asarray([3 - 1j], jnp.complex64), "b": jnp.ones(2)}
+    np.testing.assert_allclose(tree.vdot(d, e), optax.tree.vdot(d, e), rtol=1e-6)
+    assert tree.vdot(d, e).dtype == jnp.complex64
 
 
 def test_allclose_matches_optax():

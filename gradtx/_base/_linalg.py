@@ -282,7 +282,7 @@ def nnls(
         Frobenius and 1-norms.
 
     Returns:
-      The (N,) or (N, K) solution.
+      The (N,) or (N, K) solution, in the inputs' float dtype (computed in float32 at least).
     """
     a, b = jnp.asarray(A), jnp.asarray(b)
     if a.ndim != 2:
@@ -296,7 +296,10 @@ def nnls(
         )
     if isinstance(iters, bool) or not isinstance(iters, (int, np.integer)) or iters < 0:
         raise ValueError(f"nnls: iters must be a non-negative int, got {iters!r}")
-    work = jnp.promote_types(jnp.result_type(a, b), jnp.float32)
+    given = jnp.result_type(a, b)
+    # Computed in float32 at least; returned in the inputs' float dtype, as Optax's.
+    out = given if jnp.issubdtype(given, jnp.floating) else jnp.result_type(float)
+    work = jnp.promote_types(given, jnp.float32)
     a, b = a.astype(work), b.astype(work)
     q_mat = a.mT @ a
     q_vec = a.mT @ b
@@ -320,7 +323,7 @@ def nnls(
     x0 = jnp.zeros(a.shape[-1:] + b.shape[1:], work)
     carry = (x0, x0, jnp.zeros([], work))
     (x, _, _), _ = lax.scan(step, carry, length=int(iters), unroll=unroll)
-    return x
+    return x.astype(out)
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from .._base._numerics import widen
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation
 from ..transforms._tier import safe_ratio
+from ..tree._math import real_vdot
 from ._prodigy import adamw_updates, check_betas, d_adapted_fields, d_adapted_step
 
 
@@ -101,7 +102,7 @@ def dadapt_adamw(
         s_weighted = jax.tree.map(
             lambda s, v: widen(s) / (jnp.sqrt(widen(v)) + eps), state.grad_sum, state.exp_avg_sq
         )
-        numerator_acum = gtree.vdot(updates, s_weighted).astype(dtype)
+        numerator_acum = real_vdot(updates, s_weighted).astype(dtype)
 
         def moments(g, m, v, s):
             g32 = widen(g)

@@ -13,6 +13,7 @@ from .._base._numerics import safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, OptState, Params
 from ..core._transformation import GradientTransformation, forward_extra_args, require_params
 from ..transforms._tier import copy_params, scalar_dtype
+from ..tree._math import real_vdot
 from ._schedule_free import check_transformation
 
 
@@ -124,7 +125,7 @@ def mechanize(
         # far, recomputed from the distance travelled (the memory-saving form of the paper).
         decayed = jax.tree.map(lambda g, p: widen(g) + decay * widen(p), updates, params)
         delta_prev = jax.tree.map(lambda p, x: (widen(x) - widen(p)) / (s_sum + eps), params, x0)
-        h = gtree.vdot(decayed, delta_prev).astype(dtype)
+        h = real_vdot(decayed, delta_prev).astype(dtype)
 
         betas = jnp.asarray(betas_py, dtype)
         clipped_h = jnp.clip(h, -state.m, state.m)

@@ -14,7 +14,8 @@ from .._base._numerics import abs_sq, safe_increment, value_at, widen, zero_coun
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, require_params
 from ..transforms._tier import ema, loss_value_in, scalar_dtype, zeros_like_params
-from ..tree import assert_same_structure, map_split, norm, vdot
+from ..tree import assert_same_structure, map_split, norm
+from ..tree._math import real_vdot as vdot
 
 # Optax's "no step" threshold on the squared norm of the momentum: float64's epsilon.
 _TINY = float(np.finfo(np.float64).eps)

@@ -18,6 +18,7 @@ from ..transforms._tier import (
     scalar_dtype,
     zeros_like_params,
 )
+from ..tree._math import real_vdot
 
 
 class ProdigyState(NamedTuple):
@@ -181,7 +182,7 @@ def prodigy(
         d = state.estim_lr
         d_grad = d if safeguard_warmup else dlr
 
-        numerator_acum = gtree.vdot(updates, gtree.sub(state.params0, params)).astype(dtype)
+        numerator_acum = real_vdot(updates, gtree.sub(state.params0, params)).astype(dtype)
         numerator = beta3 * state.numerator_weighted + (d / estim_lr0) * dlr * numerator_acum
 
         def moments(g, m, v, s):

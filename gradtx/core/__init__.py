@@ -8,6 +8,7 @@ from ._step import jit_step as jit_step
 from ._transformation import EmptyState as EmptyState
 from ._transformation import GradientTransformation as GradientTransformation
 from ._transformation import GradientTransformationExtraArgs as GradientTransformationExtraArgs
+from ._transformation import MissingValueError as MissingValueError
 from ._transformation import TransformInitFn as TransformInitFn
 from ._transformation import TransformUpdateExtraArgsFn as TransformUpdateExtraArgsFn
 from ._transformation import TransformUpdateFn as TransformUpdateFn
@@ -26,6 +27,7 @@ __all__ = [
     "GradientTransformation",
     "GradientTransformationExtraArgs",
     "HyperparameterError",
+    "MissingValueError",
     "TransformInitFn",
     "TransformUpdateExtraArgsFn",
     "TransformUpdateFn",

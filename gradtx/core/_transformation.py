@@ -303,6 +303,25 @@ def named_chain(*transformations: tuple[str, GradientTransformation]) -> Gradien
     return GradientTransformation(init, update)
 
 
+def none_covers(driving: Any, other: Any) -> Any:
+    """`other` with None wherever `driving` has None, over whatever subtree `other` has there.
+
+    Optax maps its update functions over the first tree with None as a leaf, so a None there
+    stands for a whole subtree of the other tree (`optax.apply_updates(None, updates)` is None).
+    The result then has `driving`'s structure; where the trees differ elsewhere, `other` is
+    returned unchanged, so that `assert_same_structure` reports the first difference.
+    """
+    if driving is None:
+        return None
+    treedef = jax.tree.structure(driving, is_leaf=lambda x: x is None)
+    try:
+        parts = treedef.flatten_up_to(other)
+    except (ValueError, TypeError):
+        return other
+    leaves = jax.tree.leaves(driving, is_leaf=lambda x: x is None)
+    return treedef.unflatten([None if d is None else o for d, o in zip(leaves, parts, strict=True)])
+
+
 def _apply_leaf(path, p, u):
     if p is None:
         return None
@@ -319,8 +338,9 @@ def _apply_leaf(path, p, u):
 def apply_updates(params: Params, updates: Updates) -> Params:
     """`params + updates` leaf by leaf; every result keeps its parameter's dtype.
 
-    `None` leaves of `params` (with `None` at the same place in `updates`) pass through. Under
-    `jax.jit` with `params` donated, the addition happens in place.
+    A `None` in `params` stays `None`, whatever `updates` has at that place (None or a subtree,
+    as Optax: `apply_updates(None, updates)` is None). Under `jax.jit` with `params` donated,
+    the addition happens in place.
 
     Args:
       params: the parameters.
@@ -335,6 +355,7 @@ def apply_updates(params: Params, updates: Updates) -> Params:
       >>> gradtx.apply_updates(params, {"w": jnp.array([0.5, -0.5]), "frozen": None})
       {'frozen': None, 'w': Array([1.5, 1.5], dtype=bfloat16)}
     """
+    updates = none_covers(params, updates)
     assert_same_structure("apply_updates", params=params, updates=updates)
     return jax.tree_util.tree_map_with_path(
         _apply_leaf, params, updates, is_leaf=lambda x: x is None
@@ -356,7 +377,7 @@ def incremental_update(new_tensors: Params, old_tensors: Params, step_size: Arra
     Typical use: the target network of soft-updated actor-critic methods,
     `target = gradtx.incremental_update(online, target, 0.005)`. Works under `jit` with a traced
     `step_size`; each result leaf keeps the dtype of the matching leaf of `old_tensors` (the
-    average); `None` leaves of `new_tensors` pass through.
+    average); a `None` in `new_tensors` stays `None`, whatever `old_tensors` has there (as Optax).
 
     Args:
       new_tensors: the latest values (e.g. the online parameters).
@@ -376,6 +397,7 @@ def incremental_update(new_tensors: Params, old_tensors: Params, step_size: Arra
     """
     who = "incremental_update"
     check_in_range(who, "step_size", step_size, 0.0, 1.0)
+    old_tensors = none_covers(new_tensors, old_tensors)
     assert_same_structure(who, new_tensors=new_tensors, old_tensors=old_tensors)
     return jax.tree.map(
         lambda n, o: _polyak_leaf(step_size, n, o),
@@ -418,16 +440,22 @@ def require_params(who: str, params: Params | None) -> Params:
     return params
 
 
+class MissingValueError(TypeError, ValueError):
+    """`update` was called without the `value=` it needs. A `TypeError`, as Optax's (where
+    `value` is a required keyword argument), and a `ValueError`, as gradtx's earlier error."""
+
+
 def monitored_value(who: str, extra_args: dict[str, Any]) -> jax.Array:
     """The `value=` extra argument of `update` (the loss, or another monitored scalar) as a
-    float32 scalar; a `ValueError` that says how to pass it when it is missing or not a scalar.
+    float32 scalar; a `MissingValueError` (a `TypeError` and a `ValueError`) that says how to
+    pass it when it is missing, a `ValueError` when it is not a scalar.
 
     The one reader of the loss for the transformations that use it (Eve, reduce_on_plateau,
     newbob, ...).
     """
     value = extra_args.get("value")
     if value is None:
-        raise ValueError(
+        raise MissingValueError(
             f"{who} needs the monitored value (e.g. the loss): call "
             "update(grads, state, params, value=loss), e.g. after "
             "`loss, grads = jax.value_and_grad(loss_fn)(params)`; chain and the other gradtx "

@@ -4,10 +4,10 @@ from typing import NamedTuple
 
 import jax
 
-from .._base._checks import check_non_negative
+from .._base._checks import check_non_negative, expect_state
 from .._base._numerics import safe_increment, value_at, zero_count
 from .._base._typing import ArrayLike, ScalarOrSchedule
-from ..core._transformation import GradientTransformation, require_params
+from ..core._transformation import GradientTransformation, none_covers, require_params
 from ..tree import assert_same_structure
 from ..tree._patterns import MaskOrFn, resolve_mask
 from ._scaling import lr_ratio
@@ -35,7 +35,8 @@ def weight_decay(rate: ScalarOrSchedule, mask: MaskOrFn | None = None) -> Gradie
         `"!**/bias"` (see `gradtx.tree.match`). None decays every parameter.
 
     Returns:
-      A `GradientTransformation` with state `WeightDecayState(count)`; it needs `params`.
+      A `GradientTransformation` with state `WeightDecayState(count)`; it needs `params`. A
+      None in the updates stays None, whatever the params have there.
     """
     check_non_negative("weight_decay", "rate", rate, finite=True)
 
@@ -46,7 +47,9 @@ def weight_decay(rate: ScalarOrSchedule, mask: MaskOrFn | None = None) -> Gradie
 
     def update(updates, state, params=None, **extra_args):
         del extra_args
-        params = require_params("weight_decay", params)
+        expect_state("weight_decay", state, WeightDecayState)
+        # A None update stays None, whatever params has there (Optax's `add_decayed_weights`).
+        params = none_covers(updates, require_params("weight_decay", params))
         assert_same_structure("weight_decay", updates=updates, params=params)
         lam = value_at(rate, state.count, who="weight_decay", name="rate")
         selected = (

@@ -13,7 +13,7 @@ from .._base._numerics import safe_increment, wide_float, widen, zero_count
 from .._base._typing import Params, PyTree, Updates
 from ..core._transformation import GradientTransformation, require_params
 from ..tree import assert_same_structure, norm, zeros_like
-from ..tree import vdot as tree_vdot
+from ..tree._math import real_vdot as tree_vdot
 
 
 class ScaleByLBFGSState(NamedTuple):

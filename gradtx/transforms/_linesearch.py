@@ -56,21 +56,41 @@ def require_objective(who: str, value: Any, grad: Any, value_fn: Any) -> None:
         raise TypeError(f"{who}: value_fn must be callable, got {type(value_fn).__name__}")
 
 
-def value_fn_kwargs(value_fn: Callable[..., Any], extra_args: dict[str, Any]) -> dict[str, Any]:
-    """The extra arguments that `value_fn` takes by keyword: those it names (all of them when it
-    has `**kwargs`). The others are meant for other transformations of the chain and are left
-    out (Optax raises a `TypeError` for them instead)."""
+def value_fn_kwargs(
+    who: str, value_fn: Callable[..., Any], extra_args: dict[str, Any]
+) -> dict[str, Any]:
+    """The extra arguments of `update` that go to `value_fn`: those it names (all of them when it
+    has `**kwargs`).
+
+    Raises:
+      TypeError: some extra argument is not one `value_fn` takes (Optax's error: a misspelt data
+        argument would otherwise be dropped silently, and `value_fn` run on its default).
+    """
     try:
         params = list(inspect.signature(value_fn).parameters.values())
     except (TypeError, ValueError):
-        return {}
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        params = None
+    if params is not None and any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return dict(extra_args)
-    names = {
+    names = [
         p.name
-        for p in params[1:]  # the first parameter is the one being optimized
+        for p in (params or [])[1:]  # the first parameter is the one being optimized
         if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    }
+    ]
+    unused = sorted(k for k in extra_args if k not in names)
+    if unused:
+        takes = (
+            "its signature cannot be inspected"
+            if params is None
+            else f"it takes {names} by keyword"
+            if names
+            else "it takes no keyword arguments"
+        )
+        raise TypeError(
+            f"Unexpected keyword arguments passed to `{who}.update`. These arguments were not "
+            f"consumed by `value_fn`: {unused}. Ensure that all extra keyword arguments are "
+            f"accepted by `value_fn` ({takes}; give it `**kwargs` to accept and ignore others)."
+        )
     return {k: v for k, v in extra_args.items() if k in names}
 
 
@@ -93,8 +113,10 @@ def value_and_grad_from_state(
         `jax.value_and_grad`.
 
     Returns:
-      A function `(params, *args, state, **kwargs) -> (value, grad)`; it raises a `ValueError`
-      when `state` has no (or more than one) `value` and `grad` fields, i.e. no line search.
+      A function `(params, *args, state, **kwargs) -> (value, grad)`. It raises a `ValueError`
+      when `state` has no `value` field (no line search) or its `grad` is None
+      (`scale_by_backtracking_linesearch` without `store_grad=True`), and an error that is both a
+      `KeyError` (as Optax's) and a `ValueError` when it has more than one.
 
     Example:
       >>> import jax.numpy as jnp, gradtx
@@ -123,13 +145,19 @@ def value_and_grad_from_state(
         try:
             value = get(state, "value", None)
             grad = get(state, "grad", None)
-        except ValueError as e:
-            raise ValueError(f"value_and_grad_from_state: {e}") from e
-        if value is None or grad is None:
+        except ValueError as e:  # ambiguous: also a KeyError, as Optax raises; keep the type
+            raise type(e)(f"value_and_grad_from_state: {e}") from e
+        if value is None:
             raise ValueError(
                 "value_and_grad_from_state: the state has no 'value' and 'grad' fields; they are "
                 "stored by a line search (scale_by_zoom_linesearch, or "
                 "scale_by_backtracking_linesearch with store_grad=True)"
+            )
+        if grad is None:
+            raise ValueError(
+                "value_and_grad_from_state: the state has a 'value' but no 'grad' (None); "
+                "construct scale_by_backtracking_linesearch with store_grad=True so that it "
+                "stores the gradient too, or compute both with jax.value_and_grad"
             )
 
         def fresh(p, args, kwargs):

@@ -17,7 +17,7 @@ from .._base._checks import (
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation, require_params
 from ..tree import add_scale, assert_same_structure, cast_like, zeros_like
-from ..tree import vdot as tree_vdot
+from ..tree._math import real_vdot as tree_vdot
 from ._linesearch import (
     require_objective,
     value_dtype,
@@ -43,15 +43,15 @@ class BacktrackingLinesearchInfo(NamedTuple):
 
 class ScaleByBacktrackingLinesearchState(NamedTuple):
     """The state of `scale_by_backtracking_linesearch` (the fields of
-    `optax.ScaleByBacktrackingLinesearchState`; the layout is the same for every setting).
+    `optax.ScaleByBacktrackingLinesearchState`; the layout depends on `store_grad` only, as
+    Optax's).
 
     Attributes:
       learning_rate: the step size accepted by the last search (1 before the first), float32.
-      value: the objective at the accepted point, reused by `value_and_grad_from_state`;
-        :math:`+\\infty` before the first step and always with `store_grad=False` (Optax stores
-        the value there, and `None` as the gradient).
-      grad: the gradient at the accepted point with `store_grad=True`, else zeros; in the
-        parameters' dtypes.
+      value: the objective at the accepted point (:math:`+\\infty` before the first step).
+      grad: the gradient at the accepted point with `store_grad=True`, in the parameters'
+        dtypes; `None` otherwise, as in Optax (so `value_and_grad_from_state` says to pass
+        `store_grad=True` rather than return a gradient that was never computed).
       info: a `BacktrackingLinesearchInfo`.
     """
 
@@ -95,9 +95,10 @@ def scale_by_backtracking_linesearch(
 
     `update(updates, state, params, *, value, grad, value_fn, **data)` needs the objective
     `value_fn(params, **data)`, its value and gradient at `params`; `data` holds the keyword
-    arguments that `value_fn` names. With `store_grad=True` the gradient at the accepted point is
-    computed (once, after the search) and stored with the value for
-    `value_and_grad_from_state`. `updates` must be a descent direction.
+    arguments that `value_fn` names (any other is a `TypeError`, as in Optax). The value at the
+    accepted point is stored; with `store_grad=True` the gradient there is computed too (once,
+    after the search) and both serve `value_and_grad_from_state`. `updates` must be a descent
+    direction.
 
     Args:
       max_backtracking_steps: the most reductions of the step size, an int >= 0.
@@ -116,9 +117,9 @@ def scale_by_backtracking_linesearch(
 
     Reference: Nocedal & Wright, "Numerical Optimization" (1999), Algorithm 3.1; Vaswani et al.,
     "Painless Stochastic Gradient" (2019). Matches `optax.scale_by_backtracking_linesearch`
-    (0.2.8): the same step sizes, updates and stored gradient. Differences: the state layout does
-    not depend on `store_grad` (see `ScaleByBacktrackingLinesearchState`), and extra arguments
-    that `value_fn` does not take are ignored (Optax raises). For complex parameters the slope
+    (0.2.8): the same step sizes, updates, stored value and gradient, and the `TypeError` for
+    extra arguments `value_fn` does not take (a `value_fn` with `**kwargs` gets them all, where
+    Optax raises). For complex parameters the slope
     is :math:`\operatorname{Re}\langle g, u \rangle` with `grad` :math:`g` the ascent direction
     (the conjugate of `jax.grad`'s, as for `scale_by_zoom_linesearch` and the updates); Optax
     conjugates `grad` once more there, so its slope, and then its step sizes, can differ.
@@ -140,7 +141,7 @@ def scale_by_backtracking_linesearch(
         return ScaleByBacktrackingLinesearchState(
             learning_rate=jnp.ones([], dtype),
             value=jnp.full([], jnp.inf, dtype),
-            grad=zeros_like(params),
+            grad=zeros_like(params) if store_grad else None,
             info=BacktrackingLinesearchInfo(
                 num_linesearch_steps=jnp.zeros([], jnp.int32),
                 decrease_error=jnp.full([], jnp.inf, dtype),
@@ -152,7 +153,7 @@ def scale_by_backtracking_linesearch(
         require_objective(_WHO, value, grad, value_fn)
         assert_same_structure(_WHO, updates=updates, params=params, grad=grad)
         dtype = state.learning_rate.dtype
-        data = value_fn_kwargs(value_fn, extra)
+        data = value_fn_kwargs(_WHO, value_fn, extra)
         value0 = jnp.asarray(value).astype(dtype)
         slope = tree_vdot(updates, grad).astype(dtype)
 
@@ -196,16 +197,13 @@ def scale_by_backtracking_linesearch(
         search = jax.lax.while_loop(keep_going, step, search)
         if verbose:
             _report_failure(search, value0, slope, atol)
-        # Without store_grad the stored gradient stays zeros, and the stored value +inf makes
-        # value_and_grad_from_state compute both afresh.
-        new_value = search.value if store_grad else jnp.full([], jnp.inf, dtype)
         learning_rate = jnp.where(jnp.isinf(search.decrease_error), 0.0, search.learning_rate)
         learning_rate = learning_rate.astype(dtype)
         new_updates = jax.tree.map(lambda u: (learning_rate * u).astype(u.dtype), updates)
         new_state = ScaleByBacktrackingLinesearchState(
             learning_rate=learning_rate,
-            value=new_value,
-            grad=search.grad,
+            value=search.value,
+            grad=search.grad,  # None without store_grad
             info=BacktrackingLinesearchInfo(
                 num_linesearch_steps=search.count, decrease_error=search.decrease_error
             ),

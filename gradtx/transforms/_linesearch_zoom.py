@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +18,7 @@ from .._base._checks import (
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation, require_params
 from ..tree import add_scale, assert_same_structure, cast_like, where, zeros_like
-from ..tree import vdot as tree_vdot
+from ..tree._math import real_vdot as tree_vdot
 from ._linesearch import require_objective, value_dtype, value_fn_kwargs
 
 _WHO = "scale_by_zoom_linesearch"
@@ -152,7 +152,8 @@ def scale_by_zoom_linesearch(
 
     `update(updates, state, params, *, value, grad, value_fn, **data)` needs the objective
     `value_fn(params, **data)`, its value and gradient at `params`; `data` holds the keyword
-    arguments that `value_fn` names. The value and gradient at the accepted point are stored
+    arguments that `value_fn` names (any other is a `TypeError`, as in Optax). The value and
+    gradient at the accepted point are stored
     for `value_and_grad_from_state`. Step sizes and values are kept in float32 (float64 for
     float64 parameters); the updates keep their dtypes. `updates` must be a descent direction.
 
@@ -177,7 +178,9 @@ def scale_by_zoom_linesearch(
 
     Reference: Nocedal & Wright, "Numerical Optimization" (1999), Algorithms 3.5 and 3.6;
     Hager & Zhang, "Algorithm 851: CG_DESCENT" (2006). Matches `optax.scale_by_zoom_linesearch`
-    (0.2.8), except that extra arguments `value_fn` does not take are ignored (Optax raises).
+    (0.2.8), its step sizes, stored values, `TypeError` for extra arguments `value_fn` does not
+    take (a `value_fn` with `**kwargs` gets them all, where Optax raises) and, with
+    `verbose=True`, its diagnostic sentences (after gradtx's summary line).
     """
     check_int(_WHO, "max_linesearch_steps", max_linesearch_steps, minimum=1)
     if max_learning_rate is not None:
@@ -210,7 +213,7 @@ def scale_by_zoom_linesearch(
         require_objective(_WHO, value, grad, value_fn)
         assert_same_structure(_WHO, updates=updates, params=params, grad=grad)
         dtype = state.learning_rate.dtype
-        data = value_fn_kwargs(value_fn, extra)
+        data = value_fn_kwargs(_WHO, value_fn, extra)
         value_and_grad = jax.value_and_grad(value_fn)
         value0 = jnp.asarray(value).astype(dtype)
         grad0 = cast_like(grad, state.grad)
@@ -317,7 +320,7 @@ def scale_by_zoom_linesearch(
         final = where(fall_back, search.safe, search.trial)
         final_grad = where(fall_back, search.safe_grad, search.grad)
         if verbose:
-            _report_failure(search, value0, slope0)
+            _report(search, value0, slope0, tol, stepsize_precision)
         new_updates = jax.tree.map(lambda u: (final.stepsize * u).astype(u.dtype), updates)
         new_state = ScaleByZoomLinesearchState(
             learning_rate=final.stepsize,
@@ -334,23 +337,102 @@ def scale_by_zoom_linesearch(
     return GradientTransformation(init, update)
 
 
-def _report_failure(search: _Search, value0: jax.Array, slope0: jax.Array) -> None:
-    def report(s: _Search) -> None:
+# Optax's diagnostic sentences (`optax._src.linesearch.FLAG_*`), printed as Optax prints them.
+_INTERVAL_NOT_FOUND = (
+    "No interval satisfying curvature condition. "
+    "Consider increasing maximal possible stepsize of the linesearch."
+)
+_INTERVAL_TOO_SMALL = "Length of searched interval has been reduced below threshold."
+_CURVATURE_NOT_SATISFIED = (
+    "Returning stepsize with sufficient decrease but curvature condition not satisfied."
+)
+_NO_STEPSIZE_FOUND = "Linesearch failed, no stepsize satisfying sufficient decrease found."
+_NOT_A_DESCENT_DIRECTION = (
+    "The linesearch failed because the provided direction is not a descent direction. "
+)
+
+
+def _print_if(condition: jax.Array, message: str, **values: jax.Array) -> None:
+    jax.lax.cond(
+        condition,
+        lambda v: jax.debug.print(message, **v, ordered=True),
+        lambda v: None,
+        values,
+    )
+
+
+def _report(
+    search: _Search,
+    value0: jax.Array,
+    slope0: jax.Array,
+    tol: ArrayLike,
+    stepsize_precision: ArrayLike,
+) -> None:
+    """With `verbose=True`: what went wrong when the search failed, or stopped at
+    `max_learning_rate` without bracketing a step with small curvature."""
+    summary: dict[str, Any] = dict(
+        v=value0,
+        sl=slope0,
+        st=search.trial.stepsize,
+        d=search.decrease_error,
+        c=search.curvature_error,
+    )
+    # Phase 1 stops at max_learning_rate without an interval: done, but not both conditions met.
+    at_max = search.done & (jnp.maximum(search.decrease_error, search.curvature_error) > tol)
+    _print_if(
+        at_max,
+        "scale_by_zoom_linesearch: the step size reached max_learning_rate ({st}) without "
+        "bracketing a step that meets the curvature condition (value at start {v}, slope {sl}, "
+        "decrease error {d}, curvature error {c}). "
+        + _INTERVAL_NOT_FOUND
+        + "\n"
+        + _CURVATURE_NOT_SATISFIED,
+        **summary,
+    )
+
+    def failure(s: _Search) -> None:
         jax.debug.print(
             "scale_by_zoom_linesearch: no step size met both conditions within the allowed "
             "evaluations (value at start {v}, slope {sl}, last step size {st}, decrease error "
-            "{d}, curvature error {c}, best step with sufficient decrease {safe}). "
-            "A non-negative slope means the direction is not a descent direction.",
-            v=value0,
-            sl=slope0,
-            st=s.trial.stepsize,
-            d=s.decrease_error,
-            c=s.curvature_error,
+            "{d}, curvature error {c}, best step with sufficient decrease {safe}).",
             safe=s.safe.stepsize,
+            **summary,
             ordered=True,
         )
+        length = jnp.abs(s.high.stepsize - s.low.stepsize)
+        _print_if(
+            length <= stepsize_precision,
+            _INTERVAL_TOO_SMALL + " Interval length: {length}.",
+            length=length,
+        )
+        found_safe = s.safe.stepsize > 0.0
+        _print_if(
+            found_safe,
+            _CURVATURE_NOT_SATISFIED + " Stepsize ensuring sufficient decrease: {safe}.",
+            safe=s.safe.stepsize,
+        )
+        descent = slope0 < 0.0
+        _print_if(~found_safe, _NO_STEPSIZE_FOUND)
+        _print_if(
+            ~found_safe & ~descent,
+            _NOT_A_DESCENT_DIRECTION + "The slope (={sl}) at stepsize=0 should be negative.",
+            sl=slope0,
+        )
+        _print_if(
+            ~found_safe & descent,
+            "Consider increasing the maximal number of linesearch iterations "
+            "(max_linesearch_steps).",
+        )
+        _print_if(
+            ~found_safe & jnp.isinf(s.decrease_error),
+            "Cannot even make a step without getting Inf or Nan: no step is taken.",
+        )
+        _print_if(
+            ~found_safe & ~jnp.isinf(s.decrease_error),
+            "Making an unsafe step, not decreasing enough the objective.",
+        )
 
-    jax.lax.cond(search.failed, report, lambda s: None, search)
+    jax.lax.cond(search.failed, failure, lambda s: None, search)
 
 
 __all__ = ["ScaleByZoomLinesearchState", "ZoomLinesearchInfo", "scale_by_zoom_linesearch"]

@@ -294,13 +294,31 @@ def min(tree: PyTree) -> jax.Array:
 
 
 def vdot(tree_x: PyTree, tree_y: PyTree) -> jax.Array:
+    r"""Inner product of two trees, :math:`\sum_{leaves} \bar x \cdot y` (`jnp.vdot` per leaf,
+    summed, as Optax's `tree.vdot`): complex when a leaf is complex, accumulated in float32 or
+    wider (float64 when a leaf is float64 or complex128; bf16 leaves give float32)."""
+    xs, ys = _leaves(tree_x), _leaves(tree_y)
+    if len(xs) != len(ys):
+        raise ValueError(f"vdot: trees have {len(xs)} and {len(ys)} leaves")
+    acc = _acc_dtype(xs + ys)
+    if any(jnp.iscomplexobj(x) for x in xs + ys):
+        acc = jnp.promote_types(acc, jnp.complex64)
+    total = jnp.zeros([], acc)
+    for x, y in zip(xs, ys, strict=True):
+        wide = jnp.promote_types(jnp.promote_types(x.dtype, y.dtype), acc)
+        total = total + jnp.vdot(x.astype(wide), y.astype(wide)).astype(acc)
+    return total
+
+
+def real_vdot(tree_x: PyTree, tree_y: PyTree) -> jax.Array:
     r"""Real inner product of two trees, :math:`\operatorname{Re} \sum_{leaves} \bar x \cdot y`,
-    in float32 or wider (float64 when a leaf is float64 or complex128).
+    in float32 or wider (float64 when a leaf is float64 or complex128); internal, for L-BFGS,
+    line searches and the learning-rate-free optimizers.
 
     Complex leaves are multiplied in their complex dtype, so the imaginary parts count:
     :math:`\operatorname{Re} \langle x, y \rangle = \sum \operatorname{Re} x
     \operatorname{Re} y + \operatorname{Im} x \operatorname{Im} y` (the inner product of
-    :math:`\mathbb{C}^n` as :math:`\mathbb{R}^{2n}`, which L-BFGS and line searches need)."""
+    :math:`\mathbb{C}^n` as :math:`\mathbb{R}^{2n}`)."""
     xs, ys = _leaves(tree_x), _leaves(tree_y)
     if len(xs) != len(ys):
         raise ValueError(f"vdot: trees have {len(xs)} and {len(ys)} leaves")

@@ -7,7 +7,7 @@ names, and sequence indices, joined by '/' (`"encoder/layers/0/kernel"`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -15,7 +15,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import tree_util as jtu
 
-from .._base._checks import did_you_mean
 from .._base._typing import PyTree
 
 # --------------------------------------------------------------------------------------------
@@ -157,7 +156,6 @@ def assert_same_structure(who: str, **trees: PyTree) -> None:
 # Reading and replacing state fields by name
 # --------------------------------------------------------------------------------------------
 
-_MISSING = object()
 # Field names of NamedTuples/dataclasses are preferred over dict keys, and both over sequence
 # indices, so `get(state, "mu")` finds the Adam moment even when a parameter is called "mu".
 _TIERS = (jtu.GetAttrKey, jtu.DictKey, jtu.SequenceKey, jtu.FlattenedIndexKey)
@@ -168,67 +166,6 @@ def _tier(key: Any) -> int:
         if isinstance(key, kind):
             return i
     return len(_TIERS)
-
-
-def _find(tree: PyTree, name: str) -> list[tuple[tuple, Any]]:
-    """Nodes whose path ends with `name` ('/'-separated), best tier only, outermost only."""
-    want = name.split("/")
-    found = []
-    for path, node in _walk(tree):
-        if len(path) >= len(want) and [_key_name(k) for k in path[-len(want) :]] == want:
-            found.append((path, node))
-    if not found:
-        return []
-    best = min(_tier(p[-1]) for p, _ in found)
-    found = [(p, n) for p, n in found if _tier(p[-1]) == best]
-    outer = []
-    for p, n in found:
-        if not any(len(q) < len(p) and p[: len(q)] == q for q, _ in found):
-            outer.append((p, n))
-    return outer
-
-
-def _available_names(tree: PyTree) -> list[str]:
-    names: list[str] = []
-    for path, _ in _walk(tree):
-        if _tier(path[-1]) < 2 and _key_name(path[-1]) not in names:
-            names.append(_key_name(path[-1]))
-    return names
-
-
-def get_all_with_path(tree: PyTree, name: str) -> list[tuple[str, Any]]:
-    """Every `(path, value)` whose key path ends with `name`; `[]` when there is none.
-
-    `name` is a field or key name (`"mu"`, `"count"`, `"learning_rate"`) or a '/'-joined path
-    suffix (`"0/count"`). NamedTuple/dataclass fields are preferred over dict keys, and matches
-    nested inside another match are not reported.
-    """
-    return [(path_str(p), n) for p, n in _find(tree, name)]
-
-
-def get(tree: PyTree, name: str, default: Any = _MISSING) -> Any:
-    """The value of the field or key called `name` anywhere in `tree` (e.g. an optimizer state).
-
-    Raises:
-      KeyError: `name` is not present (and no `default` was given); lists the names there are.
-      ValueError: `name` is present more than once; lists the paths, any of which (or a long
-        enough suffix of one) can be passed instead.
-    """
-    found = _find(tree, name)
-    if not found:
-        if default is not _MISSING:
-            return default
-        names = _available_names(tree)
-        raise KeyError(
-            f"get: no field or key {name!r} in the tree{did_you_mean(name, names)}; "
-            f"names present: {names}"
-        )
-    if len(found) > 1:
-        raise ValueError(
-            f"get: {name!r} is ambiguous, it occurs at {[path_str(p) for p, _ in found]}; "
-            "pass one of these paths (or a unique suffix of one) instead"
-        )
-    return found[0][1]
 
 
 def _replacement(old: Any, new: Any, where_: str) -> Any:
@@ -251,50 +188,9 @@ def _replacement(old: Any, new: Any, where_: str) -> Any:
     return new
 
 
-def set(tree: PyTree, values: Mapping[str, Any] | None = None, /, **kwargs: Any) -> PyTree:
-    """A copy of `tree` with the fields or keys called `name` replaced, for each `name=value`.
-
-    Every match of a name is replaced (e.g. `set(state, count=0)` resets every counter in a chain);
-    pass a path suffix in `values` (`set(state, {"0/count": 0})`) to pick one. An array leaf keeps
-    its dtype and shape (a float replacing a float32 learning rate stays float32, so a jitted step
-    does not retrace); a replaced subtree must keep its structure.
-
-    Raises:
-      KeyError: a name is not present; lists the names there are.
-    """
-    updates = {**(values or {}), **kwargs}
-    targets: dict[tuple, Any] = {}
-    for name, value in updates.items():
-        found = _find(tree, name)
-        if not found:
-            names = _available_names(tree)
-            raise KeyError(
-                f"set: no field or key {name!r} in the tree{did_you_mean(name, names)}; "
-                f"names present: {names}"
-            )
-        for path, old in found:
-            targets[path] = _replacement(old, value, path_str(path))
-
-    def rebuild(node: Any, path: tuple) -> Any:
-        if path in targets:
-            return targets[path]
-        if _is_tree_leaf(node):
-            return node
-        flat, treedef = jax.tree.flatten(node, is_leaf=lambda y: y is not node)
-        keys = [key for key, _ in _children(node)]
-        return treedef.unflatten(
-            [rebuild(child, (*path, key)) for key, child in zip(keys, flat, strict=True)]
-        )
-
-    return rebuild(tree, ())
-
-
 __all__ = [
     "assert_same_structure",
-    "get",
-    "get_all_with_path",
     "map_with_path",
     "path_str",
     "paths",
-    "set",
 ]

@@ -353,6 +353,26 @@ def is_tree_not_function(value: Any, params: Params) -> bool:
     return bool(jax.tree.leaves(value)) and _prefix_difference(value, params, ()) is None
 
 
+def resolve_mask_prefix(who: str, mask: MaskOrFn, params: Params, *, strict: bool = True) -> Any:
+    """The mask as a tree of Python bools with `params`' structure or a prefix of it: a boolean
+    prefix tree (as given, or as a callable returns it) keeps its shape, each bool standing for
+    its whole subtree (a None in it is False); patterns and non-bool trees give one bool per leaf.
+
+    What `masked` prunes by, as Optax's does (a False over a subtree masks it as one node);
+    `resolve_mask` spreads it over the leaves. Arguments and errors as for `resolve_mask`.
+    """
+    if _is_patterns(mask):
+        patterns = _as_patterns(who, cast(Sequence[str], mask))
+        return jax.tree.structure(params).unflatten(_select(who, patterns, paths(params), strict))
+    if callable(mask) and not is_tree_not_function(mask, params):
+        mask = mask(params)
+    if not _is_prefix_bool_tree(mask):
+        assert_same_structure(who, params=params, mask=mask)
+        return map_with_path(lambda path, m: _as_bool(who, m, path), mask)
+    broadcast_prefix(mask, params, who=who, what="mask")  # errors name where it is no prefix
+    return jax.tree.map(lambda m: m is not None and bool(m), mask, is_leaf=lambda x: x is None)
+
+
 def resolve_mask(who: str, mask: MaskOrFn, params: Params, *, strict: bool = True) -> Any:
     """The mask as a tree of Python bools shaped like `params` (None leaves stay None).
 
@@ -368,17 +388,13 @@ def resolve_mask(who: str, mask: MaskOrFn, params: Params, *, strict: bool = Tru
       strict: for patterns, a positive pattern that matches nothing raises a `ValueError` listing
         the available paths.
     """
-    if _is_patterns(mask):
-        patterns = _as_patterns(who, cast(Sequence[str], mask))
-        return jax.tree.structure(params).unflatten(_select(who, patterns, paths(params), strict))
-    if callable(mask) and not is_tree_not_function(mask, params):
-        mask = mask(params)
-    if not _is_prefix_bool_tree(mask):
-        assert_same_structure(who, params=params, mask=mask)
-        return map_with_path(lambda path, m: _as_bool(who, m, path), mask)
-    # A tree of Python bools, possibly a prefix of params: spread each bool over its subtree (a
-    # None in the mask over parameters leaves them out).
-    spread = broadcast_prefix(mask, params, who=who, what="mask")
+    return spread_mask(resolve_mask_prefix(who, mask, params, strict=strict), params)
+
+
+def spread_mask(prefix: Any, params: Params) -> Any:
+    """A mask from `resolve_mask_prefix` spread over the leaves of `params` (None leaves stay
+    None)."""
+    spread = broadcast_prefix(prefix, params, what="mask")
     return jax.tree.map(lambda _, m: bool(m), params, spread)
 
 
@@ -390,5 +406,7 @@ __all__ = [
     "is_tree_not_function",
     "match",
     "resolve_mask",
+    "resolve_mask_prefix",
     "resolve_rules",
+    "spread_mask",
 ]

@@ -12,7 +12,9 @@ from typing import Any
 
 import jax
 
+from .._base._checks import error_context
 from .._base._typing import PyTree
+from ..core._transformation import GradientTransformation
 from ..tree._paths import _is_tree_leaf
 
 
@@ -36,3 +38,18 @@ __all__ = [
     "pick",
     "prune",
 ]
+
+
+def errors_named(who: str, tx: GradientTransformation) -> GradientTransformation:
+    """`tx` with the errors of its `init` and `update` prefixed by `who` (a wrapper built from
+    other wrappers reports under its own name)."""
+
+    def init(params: Any) -> Any:
+        with error_context(who):
+            return tx.init(params)
+
+    def update(updates, state, params=None, **extra_args):
+        with error_context(who):
+            return tx.update(updates, state, params, **extra_args)
+
+    return GradientTransformation(init, update)

@@ -3,134 +3,30 @@
 from __future__ import annotations
 
 import inspect
-import re
-import types
-import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .._base._checks import did_you_mean, error_context, expect_state
 from .._base._numerics import safe_increment, zero_count
-from .._base._typing import ArrayLike, OptState, ScalarOrSchedule, Schedule
+from .._base._typing import OptState
 from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
+from ._inject_kinds import (
+    _is_stateful_schedule,
+    _kind,
+    _plain,
+    _stored_dtype,
+    check_factory,
+)
+from ._inject_stateful import inject_stateful_hyperparams
 
 
 class InjectHyperparamsState(NamedTuple):
     count: jax.Array  # type: ignore[assignment]  # int32, saturating: the step schedules see
     hyperparams: dict[str, jax.Array]  # current values (hyperparam_dtype), by argument name
     inner_state: OptState
-
-
-# Evaluated annotations, by the name they are written with (the aliases are unions, which
-# `str()` would spell out member by member).
-_ALIAS_NAMES = (
-    (ScalarOrSchedule, "ScalarOrSchedule"),
-    (Schedule, "Schedule"),
-    (ArrayLike, "ArrayLike"),
-    (jax.Array, "Array"),
-    (type(None), "None"),
-)
-
-
-def _type_text(ann: Any) -> str:
-    """An evaluated annotation as source text: `float | None`, `ScalarOrSchedule | None`."""
-    for alias, name in _ALIAS_NAMES:
-        if ann is alias or (not isinstance(ann, type) and ann == alias):
-            return name
-    if isinstance(ann, types.UnionType) or typing.get_origin(ann) is typing.Union:
-        args = typing.get_args(ann)
-        for alias, name in _ALIAS_NAMES[:3]:  # a union that contains a whole alias
-            members = typing.get_args(alias)
-            if members and all(m in args for m in members):
-                rest = [a for a in args if a not in members]
-                return " | ".join([name, *(_type_text(a) for a in rest)])
-        return " | ".join(_type_text(a) for a in args)
-    return str(getattr(ann, "__name__", ann))
-
-
-def _annotation_text(param: inspect.Parameter | None) -> str:
-    if param is None or param.annotation is inspect.Parameter.empty:
-        return ""
-    ann = param.annotation
-    return ann if isinstance(ann, str) else _type_text(ann)
-
-
-def _wants_int(annotation: str) -> bool:
-    """Whether an annotation asks for an integer and nothing else numeric (`int | None`)."""
-    return bool(re.search(r"\bint\b", annotation)) and not re.search(
-        r"float|ArrayLike|Array|Schedule|Numeric|Scalar|complex", annotation
-    )
-
-
-_NUMBER_TYPES = frozenset(
-    {"ArrayLike", "jax.typing.ArrayLike", "Array", "jax.Array", "float", "int", "complex"}
-    | {"Numeric", "Scalar", "None"}
-)
-
-
-def _numbers_only(annotation: str) -> bool:
-    """Whether an annotation (`ArrayLike`, `float | None`) admits numbers and nothing else."""
-    return all(part.strip() in _NUMBER_TYPES for part in annotation.split("|"))
-
-
-def _is_key(value: Any) -> bool:
-    """Whether `value` is a typed PRNG key (`jax.random.key(0)`): passed through, never stored."""
-    dtype = getattr(value, "dtype", None)
-    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
-
-
-def _is_number(value: Any) -> bool:
-    if isinstance(value, bool | np.bool_) or _is_key(value):
-        return False
-    if isinstance(value, int | float | np.integer | np.floating):
-        return True
-    if isinstance(value, np.ndarray | jax.Array):
-        return bool(jnp.issubdtype(value.dtype, jnp.number))  # bf16 included
-    return False
-
-
-def _stored_dtype(value: Any, hyperparam_dtype: Any) -> Any:
-    """The dtype a hyperparameter is stored in, from its (first) value.
-
-    Integers keep their dtype (int32 for a Python int, as in Optax: a seed stays a seed). Floats
-    become `hyperparam_dtype` when it is given; otherwise an array of a float dtype (bf16
-    included) keeps it, and a Python float (or a weakly typed value) becomes float32.
-    """
-    dtype = jnp.asarray(value).dtype
-    if not jnp.issubdtype(dtype, jnp.floating):
-        return dtype
-    if hyperparam_dtype is not None:
-        return hyperparam_dtype
-    typed = isinstance(value, np.ndarray | np.generic | jax.Array)
-    return dtype if typed and not getattr(value, "weak_type", False) else jnp.dtype(jnp.float32)
-
-
-def _plain(value: jax.Array) -> Any:
-    """A concrete scalar as a Python number (for validation messages), arrays unchanged."""
-    return value.item() if value.ndim == 0 else value
-
-
-def _kind(name: str, value: Any, param: inspect.Parameter | None, static: set[str]) -> str:
-    """'static', 'schedule' or 'numeric' for one factory argument."""
-    if name in static or value is None:
-        return "static"
-    annotation = _annotation_text(param)
-    if callable(value) and not isinstance(value, jax.Array):
-        # A callable is a schedule unless the annotation says the argument may be something
-        # else (a mask function: `MaskOrFn`, `Any`); unannotated callables are schedules, as in
-        # Optax, and so are callables for an argument that takes only numbers (`scale`'s
-        # step_size: ArrayLike).
-        schedule = not annotation or "Schedule" in annotation or _numbers_only(annotation)
-        return "schedule" if schedule else "static"
-    if not _is_number(value):
-        return "static"  # bools, strings, dtypes, PRNG keys, masks, trees, ...
-    if isinstance(value, int | np.integer) and _wants_int(annotation):
-        return "static"  # e.g. a period or a count the factory uses as a Python int
-    return "numeric"
 
 
 def inject_hyperparams(
@@ -162,7 +58,15 @@ def inject_hyperparams(
     strings, dtypes, PRNG keys (`jax.random.key(0)`), trees such as masks, ints whose parameter
     is annotated `int` (periods, counts), callables whose annotation admits something other than
     numbers and schedules (mask functions), and every name in `static_args`. Arguments not passed
-    keep the factory's defaults and are not stored (Optax stores those too).
+    keep the factory's defaults and are not stored (Optax stores those too), so that
+    `inject_hyperparams(adam)(lr)` computes exactly what `adam(lr)` does and states saved by
+    earlier gradtx versions load; pass an argument to make it injectable.
+
+    A stateful schedule (`gradtx.StatefulSchedule`: `init()`, `update(state, **extra_args)`,
+    `__call__(state, **extra_args)`, as `optax.StatefulSchedule`) may be given for any numeric
+    argument; the state is then Optax's `InjectStatefulHyperparamsState`, with each schedule's
+    own state in `hyperparams_states` (see `inject_stateful_hyperparams`, which builds it).
+    Without one the state is `InjectHyperparamsState`.
 
     The factory is called once at construction to validate the arguments, with each schedule's
     value at step 0 in its place, so a schedule may be given for an argument that only takes
@@ -177,7 +81,11 @@ def inject_hyperparams(
 
     Returns:
       A function with `inner_factory`'s arguments returning a `GradientTransformation` whose
-      state is `InjectHyperparamsState(count, hyperparams, inner_state)`.
+      state is `InjectHyperparamsState(count, hyperparams, inner_state)` (with a stateful
+      schedule among the arguments, `InjectStatefulHyperparamsState`).
+
+    Raises:
+      ValueError: at once, when `static_args` names an argument the factory does not take.
 
     Examples:
       >>> import jax, jax.numpy as jnp, gradtx
@@ -191,28 +99,16 @@ def inject_hyperparams(
       >>> updates["w"]
       Array([-0.01, -0.01], dtype=float32)
 
-    Reference: `optax.inject_hyperparams` (same state fields; schedules are stored as the value
-    used at the step); RETURNN's `Updater.set_learning_rate`.
+    Reference: `optax.inject_hyperparams` (the same `hyperparams`, apart from the defaults; Optax
+    0.2.8 always uses the four-field state, wrapping plain schedules in `WrappedSchedule`,
+    gradtx only when a stateful schedule needs it, so a plain schedule's step is the wrapper's
+    `count`); RETURNN's `Updater.set_learning_rate`.
     """
     who = "inject_hyperparams"
     factory = inner_factory
-    if not callable(factory):
-        raise TypeError(f"{who}: inner_factory must be callable, got {type(factory).__name__}")
-    if hyperparam_dtype is not None:
-        try:
-            hyperparam_dtype = jnp.dtype(hyperparam_dtype)
-        except TypeError:
-            hyperparam_dtype = None
-        if hyperparam_dtype is None or not jnp.issubdtype(hyperparam_dtype, jnp.floating):
-            raise TypeError(
-                f"{who}: hyperparam_dtype must be a floating dtype (e.g. jnp.float32) or None"
-            )
-    static = {static_args} if isinstance(static_args, str) else set(static_args)
-    try:
-        signature: inspect.Signature | None = inspect.signature(factory)
-    except (TypeError, ValueError):
-        signature = None
-    factory_name = getattr(factory, "__name__", type(factory).__name__)
+    hyperparam_dtype, static, signature, factory_name = check_factory(
+        who, factory, static_args, hyperparam_dtype
+    )
 
     def _check_names(signature: inspect.Signature, kwargs: Mapping[str, Any]) -> None:
         """A `TypeError` suggesting the factory's argument for a misspelt (or torch-named) one."""
@@ -259,16 +155,13 @@ def inject_hyperparams(
             )
         else:
             arguments, params = dict(kwargs), {}
-        takes_any = signature is None or any(
-            p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()
-        )
-        if not takes_any and signature is not None:
-            missing = static - set(signature.parameters)
-            if missing:
-                raise ValueError(
-                    f"{who}({factory_name}): static_args names {sorted(missing)} that the factory "
-                    f"does not take; its arguments are {list(signature.parameters)}"
-                )
+        if any(_is_stateful_schedule(v) for n, v in arguments.items() if n not in static):
+            # A schedule with a state of its own needs a place for that state: Optax's
+            # four-field state (InjectStatefulHyperparamsState), built by
+            # inject_stateful_hyperparams. Plain schedules keep the three-field state.
+            return inject_stateful_hyperparams(factory, tuple(static), hyperparam_dtype)(
+                *args, **kwargs
+            )
         kinds = {n: _kind(n, v, params.get(n), static) for n, v in arguments.items()}
         fixed = {n: v for n, v in arguments.items() if kinds[n] == "static"}
         schedules = {n: v for n, v in arguments.items() if kinds[n] == "schedule"}

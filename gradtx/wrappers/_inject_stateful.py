@@ -13,7 +13,7 @@ from .._base._checks import did_you_mean, error_context, expect_state
 from .._base._numerics import safe_increment, zero_count
 from .._base._typing import ArrayLike, OptState, Schedule
 from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
-from ._inject import _kind, _plain, _stored_dtype
+from ._inject_kinds import _kind, _plain, _stored_dtype, check_factory
 
 ScheduleState = Any  # whatever a stateful schedule keeps (a pytree of arrays)
 
@@ -147,7 +147,7 @@ def inject_stateful_hyperparams(
     - static (passed unchanged): None, bools, strings, dtypes, keys, trees, ints the factory
       annotates `int`, callables whose annotation admits non-schedules, names in `static_args`.
 
-    Unlike `inject_hyperparams`, and as in Optax, the factory's defaults are stored too. The
+    As in `inject_hyperparams` (and Optax), the factory's defaults are stored too. The
     value of every schedule at the last step is in `state.hyperparams` (overwritten by the
     schedule at the next step); their states are in `state.hyperparams_states`, under the same
     names (so `gradtx.tree.set` / `get` address a scheduled value by its path,
@@ -168,36 +168,14 @@ def inject_stateful_hyperparams(
 
     Reference: `optax.inject_stateful_hyperparams` (deprecated in Optax 0.2.8 in favour of its
     `inject_hyperparams`, which there takes stateful schedules; gradtx's `inject_hyperparams`
-    keeps the three-field state and plain schedules, so this one is not deprecated).
+    takes them too, and builds this state for them, but keeps the three-field state for plain
+    schedules, so this one, which always builds it, is not deprecated).
     """
     who = "inject_stateful_hyperparams"
     factory = inner_factory
-    if not callable(factory):
-        raise TypeError(f"{who}: inner_factory must be callable, got {type(factory).__name__}")
-    if hyperparam_dtype is not None:
-        try:
-            hyperparam_dtype = jnp.dtype(hyperparam_dtype)
-        except TypeError:
-            hyperparam_dtype = None
-        if hyperparam_dtype is None or not jnp.issubdtype(hyperparam_dtype, jnp.floating):
-            raise TypeError(
-                f"{who}: hyperparam_dtype must be a floating dtype (e.g. jnp.float32) or None"
-            )
-    static = {static_args} if isinstance(static_args, str) else set(static_args)
-    try:
-        signature: inspect.Signature | None = inspect.signature(factory)
-    except (TypeError, ValueError):
-        signature = None
-    factory_name = getattr(factory, "__name__", type(factory).__name__)
-    if signature is not None and not any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()
-    ):
-        missing = static - set(signature.parameters)
-        if missing:
-            raise ValueError(
-                f"{who}({factory_name}): static_args names {sorted(missing)} that the factory "
-                f"does not take; its arguments are {list(signature.parameters)}"
-            )
+    hyperparam_dtype, static, signature, factory_name = check_factory(
+        who, factory, static_args, hyperparam_dtype
+    )
     context = f"{who}({factory_name})"
 
     def wrapped(*args: Any, **kwargs: Any) -> GradientTransformation:

@@ -7,7 +7,6 @@ full tree of labels, so a label tree is never mistaken for a dict of glob patter
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any
 
 import jax
 
@@ -17,6 +16,7 @@ from ..core._transformation import GradientTransformation, _as_transformation
 from ..core._transformation import forward_extra_args as _accepting_extra_args
 from ..tree import broadcast_prefix
 from ..tree._patterns import is_tree_not_function
+from ._common import errors_named
 from ._partition import multi_transform
 
 _is_none = lambda x: x is None
@@ -100,16 +100,7 @@ def partition(
 
     with error_context(who):
         tx = multi_transform(txs, labels_for)
-
-    def init(params: Any) -> Any:
-        with error_context(who):
-            return tx.init(params)
-
-    def update(updates, state, params=None, **extra_args):
-        with error_context(who):
-            return tx.update(updates, state, params, **extra_args)
-
-    return GradientTransformation(init, update)
+    return errors_named(who, tx)
 
 
 __all__ = ["partition"]

@@ -1,10 +1,13 @@
 """Different transformations for different parts of the parameter tree.
 
 `multi_transform`, `masked`, `freeze` and `lr_multipliers` run an inner transformation on a
-*pruned* tree: the leaves it does not own are None (a whole tree that is one such leaf is
-`MaskedNode()`, never None, so given params always reach it), so its state keeps no buffer for
-them. Labels, masks and multipliers are resolved at trace time into Python values per leaf (by the
-pattern language of `gradtx/tree/_patterns.py`); errors in them are raised by `init`.
+*pruned* tree: each leaf it does not own is `MaskedNode()` (an empty tree, as in Optax, never
+None, so given params always reach it), so its state keeps no buffer for them and has Optax's
+layout (`masked` and `freeze` prune a subtree that a prefix mask marks False as one
+`MaskedNode()`, as Optax does). `init` given `gradtx.tree.map_params`' (or Optax's) params
+placeholder passes it to the inner transformation unmasked, as Optax's `masked` does. Labels,
+masks and multipliers are resolved at trace time into Python values (by the pattern language of
+`gradtx/tree/_patterns.py`); errors in them are raised by `init`.
 """
 
 from __future__ import annotations
@@ -27,15 +30,16 @@ from ..core._transformation import (
     forward_extra_args,
     stateless,
 )
+from ..tree import _ParamsPlaceholder
 from ..tree._paths import assert_same_structure, map_with_path
 from ..tree._patterns import (
     MaskOrFn,
     broadcast_prefix,
     is_tree_not_function,
     resolve_mask,
+    resolve_mask_prefix,
     resolve_rules,
 )
-from ._common import pick, prune
 
 
 class MaskedState(NamedTuple):
@@ -58,10 +62,30 @@ class MaskedNode(NamedTuple):
 
 
 def _pruned(tree: Any, keep: Any) -> Any:
-    """`tree` with the leaves not kept replaced by None, or `MaskedNode()` when that is all of it
-    (a single pruned leaf), so that given params never reach the inner transformation as None."""
-    out = prune(tree, keep)
-    return MaskedNode() if out is None and tree is not None else out
+    """`tree` with each subtree that `keep` (a tree of bools with `tree`'s structure or a prefix
+    of it) marks False replaced by one `MaskedNode()`: Optax's masked layout (a single pruned
+    leaf is `MaskedNode()` too, so given params never reach the inner transformation as None)."""
+    return jax.tree.map(
+        lambda k, sub: sub if k or sub is None else MaskedNode(),  # None leaves stay None
+        keep,
+        tree,
+        is_leaf=lambda x: x is None,
+    )
+
+
+def _merged(keep: Any, inner: Any, outer: Any) -> Any:
+    """Subtree by subtree of `keep` (as for `_pruned`): `inner` (the inner transformation's
+    output on the pruned tree) where True, else `outer`."""
+    return jax.tree.map(
+        lambda k, a, b: a if k else b, keep, inner, outer, is_leaf=lambda x: x is None
+    )
+
+
+def _is_placeholder(params: Any) -> bool:
+    """Whether `params` is the placeholder that `gradtx.tree.map_params` (or Optax's
+    `tree_map_params`) calls `init` with to find the params-shaped parts of a state: a wrapper
+    cannot mask it (it has no leaves), so it is passed on to the inner `init` as it is."""
+    return isinstance(params, _ParamsPlaceholder) or type(params).__name__ == "_ParamsPlaceholder"
 
 
 def _check_params(who: str, updates: Any, params: Any) -> None:
@@ -260,6 +284,8 @@ def multi_transform(
         return jax.tree.map(lambda lab: lab == label, per_leaf)
 
     def init(params):
+        if _is_placeholder(params):
+            return PartitionState(inner_states={lab: tx.init(params) for lab, tx in txs.items()})
         per_leaf = resolve(params)
         states = {}
         for label, tx in txs.items():
@@ -311,8 +337,8 @@ def masked(
 
     .. math::  u_i = \begin{cases} \mathrm{tx}(g)_i & m_i \\ g_i & \text{otherwise} \end{cases}
 
-    `tx` is initialised and updated on the pruned tree (unselected leaves are None), so its state
-    holds nothing for them.
+    `tx` is initialised and updated on the pruned tree (unselected leaves are `MaskedNode()`, as
+    in Optax), so its state holds nothing for them.
 
     Args:
       tx: the transformation for the selected leaves.
@@ -340,16 +366,18 @@ def masked(
     update_fn = forward_extra_args(tx.update)
 
     def init(params):
-        keep = resolve_mask(who, mask, params, strict=strict)
+        if _is_placeholder(params):
+            return MaskedState(inner_state=tx.init(params))
+        keep = resolve_mask_prefix(who, mask, params, strict=strict)
         with error_context(who):
             return MaskedState(inner_state=tx.init(_pruned(params, keep)))
 
     def update(updates, state, params=None, **extra_args):
         expect_state(who, state, MaskedState)
         _check_params(who, updates, params)
-        keep = resolve_mask(who, mask, updates, strict=strict)
+        keep = resolve_mask_prefix(who, mask, updates, strict=strict)
         u, inner = _run_on(who, update_fn, keep, updates, state.inner_state, params, extra_args)
-        return pick(keep, u, updates), MaskedState(inner_state=inner)
+        return _merged(keep, u, updates), MaskedState(inner_state=inner)
 
     return GradientTransformation(init, update)
 
@@ -381,7 +409,8 @@ def freeze(
     if tx is None:
 
         def init_frozen(params):
-            resolve_mask(who, mask, params, strict=strict)  # pattern errors at init
+            if not _is_placeholder(params):
+                resolve_mask(who, mask, params, strict=strict)  # pattern errors at init
             return MaskedState(inner_state=EmptyState())  # Optax's layout (masked set_to_zero)
 
         def zero_frozen(updates, state, params=None, **extra_args):
@@ -395,10 +424,13 @@ def freeze(
     tx = _as_transformation(tx, who, "tx")
     update_fn = forward_extra_args(tx.update)
 
-    def trainable(tree):
-        return jax.tree.map(lambda f: not f, resolve_mask(who, mask, tree, strict=strict))
+    def trainable(tree):  # a prefix of `tree`, as the mask is (see `masked`)
+        frozen = resolve_mask_prefix(who, mask, tree, strict=strict)
+        return jax.tree.map(lambda f: not f, frozen)
 
     def init(params):
+        if _is_placeholder(params):
+            return MaskedState(inner_state=tx.init(params))
         with error_context(who):
             return MaskedState(inner_state=tx.init(_pruned(params, trainable(params))))
 
@@ -408,7 +440,7 @@ def freeze(
         keep = trainable(updates)
         u, inner = _run_on(who, update_fn, keep, updates, state.inner_state, params, extra_args)
         zeros = jax.tree.map(jnp.zeros_like, updates)
-        return pick(keep, u, zeros), MaskedState(inner_state=inner)
+        return _merged(keep, u, zeros), MaskedState(inner_state=inner)
 
     return GradientTransformation(init, update)
 
@@ -447,7 +479,8 @@ def _stateless_factors(who: str, rules, default, strict) -> GradientTransformati
 
     return stateless(
         lambda updates, params: jax.tree.map(_scale_leaf, resolve(updates), updates),
-        validate=resolve,  # pattern errors at init, where the params are known
+        # pattern errors at init, where the params are known (not map_params' placeholder)
+        validate=lambda params: None if _is_placeholder(params) else resolve(params),
     )
 
 
@@ -494,6 +527,8 @@ def lr_multipliers(
         return resolve_rules(who, "rules", rules, tree, default=default, strict=strict)
 
     def init(params):
+        if _is_placeholder(params):
+            return MaskedState(inner_state=tx.init(params))
         keep = jax.tree.map(lambda m: m != 0, multipliers(params))
         with error_context(who):
             return MaskedState(inner_state=tx.init(_pruned(params, keep)))

@@ -12,6 +12,7 @@ from .._base._checks import error_context
 from .._base._typing import PyTree
 from ..core._transformation import GradientTransformation, _as_transformation
 from ..transforms._zero import set_to_zero
+from ._common import errors_named
 from ._label_partition import partition
 
 
@@ -66,16 +67,7 @@ def selective_transform(
     labels = jax.tree.map(lambda m: _label(who, m), freeze_mask)
     with error_context(who):
         tx = partition({"train": optimizer, "freeze": set_to_zero()}, labels)
-
-    def init(params):
-        with error_context(who):
-            return tx.init(params)
-
-    def update(updates, state, params=None, **extra_args):
-        with error_context(who):
-            return tx.update(updates, state, params, **extra_args)
-
-    return GradientTransformation(init, update)
+    return errors_named(who, tx)
 
 
 __all__ = ["selective_transform"]

@@ -9,6 +9,7 @@ recorded as having *touched* gradtx, and skips the tests of `differences.SKIPS` 
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import importlib
@@ -68,6 +69,19 @@ OUT_OF_SCOPE = (
     "optax._src.deprecations",
 )
 
+# Optax classes that are not public names but that tests check results against (`isinstance`),
+# with gradtx's class of the same role: (optax module, name) -> (gradtx module, name).
+PRIVATE_COUNTERPARTS = {
+    ("optax._src.utils", "MultiNormalDiagFromLogScale"): (
+        "gradtx._base._linalg",
+        "MultiNormalDiagFromLogScale",
+    ),
+    ("optax.contrib._complex_valued", "SplitRealAndImaginaryArrays"): (
+        "gradtx.contrib._complex",
+        "SplitRealAndImaginaryArrays",
+    ),
+}
+
 _TOUCHED = [False]
 
 
@@ -117,7 +131,9 @@ def missing_names() -> list[str]:
 def _touching(obj: Any) -> Any:
     """`obj` wrapped so that calling it marks the running test as touching gradtx."""
     if inspect.isclass(obj):
-        value_like = issubclass(obj, tuple | enum.Enum | BaseException)
+        value_like = dataclasses.is_dataclass(obj) or issubclass(
+            obj, tuple | enum.Enum | BaseException
+        )
         if value_like or obj.__init__ is object.__init__ or getattr(obj, "_is_protocol", False):
             return obj  # used as types or values: recorded only through the functions
         original = obj.__init__
@@ -152,6 +168,9 @@ def substitution() -> dict[int, Any]:
         theirs = counterpart(o, name)
         if theirs is not None:
             replacement[id(obj)] = _touching(theirs)
+    for (o, name), (g, gname) in PRIVATE_COUNTERPARTS.items():
+        obj = getattr(importlib.import_module(o), name)
+        replacement.setdefault(id(obj), getattr(importlib.import_module(g), gname))
     for module_name, module in list(sys.modules.items()):
         if not (module_name == "optax" or module_name.startswith("optax.")) or module is None:
             continue
@@ -176,6 +195,11 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    select = [f for f in os.environ.get("GRADTX_OPTAX_SUITE_SELECT", "").split(",") if f]
+    if select:  # node-id prefixes relative to optax/ (the runner's --subset)
+        keep = [i for i in items if any(i.nodeid.startswith(f"optax_tests/{f}") for f in select)]
+        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+        items[:] = keep
     if _MODE != "gradtx":
         return
     import pytest
@@ -212,6 +236,7 @@ def pytest_runtest_logreport(report):
         longrepr = report.longrepr
         entry["signature"] = str(longrepr[2] if isinstance(longrepr, tuple) else longrepr)[:200]
     entry["touched"] = entry["touched"] or _TOUCHED[0]
+    entry["seconds"] = round(entry.get("seconds", 0.0) + report.duration, 3)
 
 
 def pytest_sessionfinish(session):

@@ -8,6 +8,7 @@ with test_lbfgs.py.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from optax._src import linesearch as optax_linesearch
 
 import gradtx
 
@@ -185,12 +187,13 @@ def test_backtracking_step_sizes_match_optax(name, kwargs, problem):
         problem,
         reuse=bool(kwargs.get("store_grad")),  # Optax stores no gradient otherwise
     )
-    if kwargs.get("store_grad"):  # the value and gradient at each new iterate
-        values, grads = jax.vmap(jax.value_and_grad(value_fn))(our_params)
-        np.testing.assert_allclose(ours.value, values, rtol=1e-6)
+    values, grads = jax.vmap(jax.value_and_grad(value_fn))(our_params)
+    # The value at each new iterate is stored (as Optax's); the gradient with store_grad only.
+    np.testing.assert_allclose(ours.value, values, rtol=1e-6)
+    if kwargs.get("store_grad"):
         np.testing.assert_allclose(ours.grad["x"], grads["x"], rtol=1e-5, atol=1e-4)
-    else:  # nothing reusable is stored: value_and_grad_from_state computes afresh
-        assert np.all(np.isinf(ours.value))
+    else:
+        assert ours.grad is None
 
 
 def test_data_arguments_reach_value_fn_like_optax():
@@ -309,6 +312,8 @@ def test_value_and_grad_from_state_needs_one_line_search():
     )
     with pytest.raises(ValueError, match=r"value_and_grad_from_state: .*ambiguous"):
         value_and_grad(params, state=two.init(params))
+    with pytest.raises(KeyError, match=r"value_and_grad_from_state: .*ambiguous"):  # as Optax's
+        value_and_grad(params, state=two.init(params))
     with pytest.raises(TypeError, match="value_fn must be callable"):
         gradtx.value_and_grad_from_state(3.0)  # type: ignore[arg-type]
 
@@ -328,15 +333,128 @@ def test_update_needs_the_objective_and_params(search):
         tx.update(params, state, None, value=1.0, grad=params, value_fn=_sum_of_squares)
 
 
-def test_extra_arguments_value_fn_does_not_take_are_ignored():
-    """gradtx's convention (Optax raises a TypeError): a chain passes every extra argument on."""
-    tx = gradtx.scale_by_backtracking_linesearch(5)
+@pytest.mark.parametrize("search", ["zoom", "backtracking"])
+def test_extra_arguments_value_fn_does_not_take_raise_like_optax(search):
+    """Optax raises a TypeError (so a misspelt data argument is not dropped silently); gradtx
+    ignored them before."""
+    tx = {
+        "zoom": gradtx.scale_by_zoom_linesearch(5),
+        "backtracking": gradtx.scale_by_backtracking_linesearch(5),
+    }[search]
+    fn = lambda params, batch: jnp.sum(params * batch)
     params = jnp.array([1.0, 2.0])
-    value, grad = jax.value_and_grad(_sum_of_squares)(params)
-    args = {"value": value, "grad": grad, "value_fn": _sum_of_squares}
-    a, _ = tx.update(-grad, tx.init(params), params, **args)
-    b, _ = tx.update(-grad, tx.init(params), params, **args, some_unused_arg=3)
-    np.testing.assert_array_equal(a, b)
+    batch = jnp.ones(2)
+    args = {"value": fn(params, batch), "grad": batch, "value_fn": fn, "batch": batch}
+    tx.update(-batch, tx.init(params), params, **args)  # what value_fn takes is fine
+    with pytest.raises(
+        TypeError,
+        match=rf"^Unexpected keyword arguments passed to `scale_by_{search}_linesearch.update`. "
+        r"These arguments were not consumed by `value_fn`: \['bach', 'unused_arg'\]\. .*"
+        r"it takes \['batch'\] by keyword",
+    ):
+        tx.update(-batch, tx.init(params), params, **args, bach=batch, unused_arg=42)
+
+
+def test_value_fn_with_var_keywords_gets_every_extra_argument():
+    """`value_fn(params, **kwargs)` takes every extra argument (Optax raises for them instead)."""
+    seen = {}
+
+    def fn(params, **kwargs):
+        seen.update(kwargs)
+        return jnp.sum(params**2) * kwargs["scale"]
+
+    tx = gradtx.scale_by_zoom_linesearch(5)
+    params = jnp.array([1.0, 2.0])
+    value, grad = jax.value_and_grad(fn)(params, scale=1.0, other=0)
+    tx.update(
+        -grad, tx.init(params), params, value=value, grad=grad, value_fn=fn, scale=1.0, other=0
+    )
+    assert sorted(seen) == ["other", "scale"]
+
+
+def test_backtracking_stores_the_value_and_no_gradient_without_store_grad():
+    """Optax's state: the value at the accepted point always, the gradient only with store_grad
+    (None otherwise, so value_and_grad_from_state refuses instead of returning zeros)."""
+    params = jnp.zeros(2)
+    fn = lambda w: jnp.sum((w - 1.0) ** 2)
+    value, grad = jax.value_and_grad(fn)(params)
+    for api in (gradtx, optax):
+        tx = api.scale_by_backtracking_linesearch(max_backtracking_steps=5)
+        state = tx.init(params)
+        assert state.grad is None and bool(jnp.isinf(state.value))
+        updates, state = jax.jit(functools.partial(tx.update, value_fn=fn))(
+            -grad, state, params, value=value, grad=grad
+        )
+        assert state.grad is None
+        np.testing.assert_allclose(state.value, fn(params + updates), rtol=1e-6)
+    with pytest.raises(ValueError, match=r"no 'grad' .*store_grad=True"):
+        gradtx.value_and_grad_from_state(fn)(params, state=state)
+
+
+# Optax's diagnostic sentences (optax._src.linesearch.FLAG_*), which verbose=True prints.
+_OPTAX_FLAGS = {
+    name: getattr(optax_linesearch, f"FLAG_{name}")
+    for name in [
+        "INTERVAL_NOT_FOUND",
+        "INTERVAL_TOO_SMALL",
+        "CURVATURE_COND_NOT_SATISFIED",
+        "NO_STEPSIZE_FOUND",
+        "NOT_A_DESCENT_DIRECTION",
+    ]
+}
+
+
+def _zoom_output(capfd, fn, w, u, **kwargs):
+    tx = gradtx.scale_by_zoom_linesearch(verbose=True, **kwargs)
+    value, grad = jax.value_and_grad(fn)(w)
+    _, state = tx.update(u, tx.init(w), w, value=value, grad=grad, value_fn=fn)
+    jax.effects_barrier()
+    return state, capfd.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("case", "printed", "not_printed"),
+    [
+        ("ascent", ["NOT_A_DESCENT_DIRECTION", "NO_STEPSIZE_FOUND"], []),
+        (
+            "small_max",
+            ["INTERVAL_NOT_FOUND", "CURVATURE_COND_NOT_SATISFIED"],
+            ["NO_STEPSIZE_FOUND"],
+        ),
+        ("flat", ["INTERVAL_TOO_SMALL"], ["NOT_A_DESCENT_DIRECTION"]),
+        ("few_steps", [], ["NOT_A_DESCENT_DIRECTION", "INTERVAL_NOT_FOUND"]),
+        ("success", [], list(_OPTAX_FLAGS)),
+    ],
+)
+def test_zoom_verbose_prints_optax_diagnostics(capfd, case, printed, not_printed):
+    """The cases of Optax's test_failure_* tests: gradtx's summary, then Optax's sentences."""
+    square = lambda w: jnp.dot(w, w)
+    flat = lambda x: jnp.exp(-1 / x**2)
+    e0 = jnp.array([1.0, 0.0])
+    w, fn, u, kwargs = {
+        "ascent": (60 * e0, square, e0, {"max_linesearch_steps": 18, "curv_rtol": 0.5}),
+        "small_max": (
+            -60 * e0,
+            square,
+            e0,
+            {"max_linesearch_steps": 10, "curv_rtol": 0.5, "max_learning_rate": 10.0},
+        ),
+        "flat": (jnp.asarray(-0.2), flat, -jax.grad(flat)(-0.2), {"max_linesearch_steps": 30}),
+        "few_steps": (-60 * e0, square, e0, {"max_linesearch_steps": 5, "curv_rtol": 0.5}),
+        "success": (-60 * e0, square, e0, {"max_linesearch_steps": 30, "curv_rtol": 0.5}),
+    }[case]
+    state, out = _zoom_output(capfd, fn, w, u, **kwargs)
+    for name in printed:
+        assert _OPTAX_FLAGS[name] in out, (name, out)
+    for name in not_printed:
+        assert _OPTAX_FLAGS[name] not in out, (name, out)
+    if case == "success":
+        assert out == ""
+    elif case == "small_max":
+        assert float(state.learning_rate) == 10.0
+        assert "scale_by_zoom_linesearch: the step size reached max_learning_rate (10.0)" in out
+    else:
+        assert "scale_by_zoom_linesearch: no step size met both conditions" in out
 
 
 INVALID = [
@@ -397,8 +515,8 @@ def test_state_layout_does_not_depend_on_hyperparameter_values():
             30, max_learning_rate=2.0, approx_dec_rtol=None, initial_guess_strategy="one"
         ),
     ]
-    backtrackings = [
-        gradtx.scale_by_backtracking_linesearch(5),
+    backtrackings = [  # store_grad decides whether a gradient is kept at all, as in Optax
+        gradtx.scale_by_backtracking_linesearch(5, store_grad=True),
         gradtx.scale_by_backtracking_linesearch(9, decrease_factor=0.5, store_grad=True),
     ]
     for group, state_type, optax_type in [
@@ -444,9 +562,12 @@ def test_low_precision_parameters_keep_their_dtypes():
 # --------------------------------------------------------------------------------------------
 
 
-def test_tree_vdot_counts_imaginary_parts():
-    """`gradtx.tree.vdot` cast complex leaves to float32 first, dropping the imaginary parts."""
-    real_vdot = gradtx.tree.vdot
+def test_real_vdot_counts_imaginary_parts():
+    """The line searches' inner product (`tree.vdot` once cast complex leaves to float32 first,
+    dropping the imaginary parts; it is now Optax's complex `vdot`, and the searches use the
+    real part, `real_vdot`)."""
+    from gradtx.tree._math import real_vdot
+
     x = {"a": jnp.array([1 + 2j, -0.5j], jnp.complex64), "b": jnp.array([3.0], jnp.float32)}
     y = {"a": jnp.array([2 - 1j, 4 + 1j], jnp.complex64), "b": jnp.array([0.5], jnp.float32)}
     got = real_vdot(x, y)

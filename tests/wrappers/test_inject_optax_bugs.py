@@ -8,6 +8,7 @@ argument that takes only numbers.
 from __future__ import annotations
 
 import inspect
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -38,7 +39,7 @@ def _assert_same_as_optax(ours, ref, params, rtol=1e-6):
     u_ours, s_ours = _run(ours, params)
     u_ref, s_ref = _run(ref, params)
     assert_trees_close(u_ours, u_ref, rtol, 0)
-    # Optax also stores the arguments left at their defaults; gradtx only the ones passed
+    # both store the arguments left at their defaults; gradtx keeps PRNG keys out (static)
     assert set(s_ours.hyperparams) <= set(s_ref.hyperparams)
     for name, value in s_ours.hyperparams.items():
         expected = s_ref.hyperparams[name]
@@ -95,7 +96,7 @@ def test_typed_prng_key_is_passed_through():
     assert_trees_close(u_ours, u_ref, 1e-6, 0)  # the same noise stream
     # Optax stores the key among the hyperparameters; gradtx passes it to the factory as is
     assert "key" in s_ref.hyperparams
-    assert list(s_ours.hyperparams) == ["learning_rate"]
+    assert "key" not in s_ours.hyperparams and "learning_rate" in s_ours.hyperparams
     plain = gradtx.noisy_sgd(0.1, key=jax.random.key(0))
     assert_trees_close(u_ours, _run(plain, params)[0], 1e-6, 0)
 
@@ -173,3 +174,66 @@ def test_construction_checks_a_schedule_s_first_value():
         gradtx.inject_hyperparams(gradtx.sgd)(learning_rate=lambda count: -0.1 + 0.0 * count)
     with pytest.raises(ValueError, match="step_size must be a scalar"):
         gradtx.inject_hyperparams(gradtx.scale)(lambda count: jnp.ones(2) * count)
+
+
+# 5. Optax 0.2.8's own suite (schedules/_inject_test.py).
+
+
+def test_defaults_are_not_stored_so_the_plain_optimizer_is_reproduced_exactly():
+    # optax: InjectHyperparamsTest::test_constant_hyperparams stores eps too (a difference by
+    # design, docs/migration.md "inject-stores-passed-arguments"); an argument passed is stored
+    tx = gradtx.inject_hyperparams(gradtx.scale_by_adam)(b1=0.0, b2=0.0)
+    params = {"w": jnp.linspace(-1.0, 1.0, 3)}
+    state = tx.init(params)
+    assert set(state.hyperparams) == {"b1", "b2"}
+    plain = gradtx.inject_hyperparams(gradtx.adam)(0.1)
+    ref = gradtx.adam(0.1)
+    g = {"w": jnp.array([0.3, -0.2, 0.1])}
+    u1, _ = plain.update(g, plain.init(params), params)
+    u2, _ = ref.update(g, ref.init(params), params)
+    np.testing.assert_array_equal(u1["w"], u2["w"])
+
+
+@pytest.mark.parametrize("static_args", ["lr", ["lr"]])
+def test_unknown_static_args_fail_at_construction(static_args):
+    # optax: InjectHyperparamsTest::test_static_args_error_{string,list}
+    with pytest.raises(
+        ValueError, match=r"inject_hyperparams\(scale\): static_args names \['lr'\]"
+    ):
+        gradtx.inject_hyperparams(gradtx.scale, static_args=static_args)
+
+
+class _TotalState(NamedTuple):
+    total: jax.Array
+
+
+class _Total:
+    """A stateful schedule: the sum of the `addendum` extra arguments seen so far."""
+
+    def init(self):
+        return _TotalState(jnp.zeros([], jnp.float32))
+
+    def update(self, state, **extra_args):
+        return _TotalState(state.total + extra_args["addendum"])
+
+    def __call__(self, state, **extra_args):
+        return state.total
+
+
+def test_a_stateful_schedule_gets_its_own_state():
+    # optax: StatefulTest::test_inject_stateful_hyperparams ('ArrayImpl' has no 'total' before)
+    params = {"w": jnp.ones(3)}
+    tx = gradtx.inject_hyperparams(gradtx.scale)(step_size=_Total())
+    state = jax.jit(tx.init)(params)
+    assert isinstance(state, gradtx.InjectStatefulHyperparamsState)
+    step = jax.jit(tx.update)
+    addendum = jnp.asarray(0.3, jnp.float32)
+    updates, state = step({"w": jnp.ones(3)}, state, params, addendum=addendum)
+    np.testing.assert_allclose(updates["w"], 0.0)
+    updates, state = step({"w": jnp.ones(3)}, state, params, addendum=addendum)
+    np.testing.assert_allclose(updates["w"], 0.3, rtol=1e-6)
+    np.testing.assert_allclose(state.hyperparams["step_size"], 0.3, rtol=1e-6)
+    np.testing.assert_allclose(state.hyperparams_states["step_size"].total, 0.6, rtol=1e-6)
+    # plain schedules keep the three-field state
+    plain = gradtx.inject_hyperparams(gradtx.scale)(step_size=lambda count: 0.1)
+    assert isinstance(plain.init(params), gradtx.InjectHyperparamsState)
