@@ -31,7 +31,8 @@ def safe_increment(count: ArrayLike) -> jax.Array:
     `finfo(dtype).max`; the result keeps the counter's dtype. As `optax.safe_increment`.
 
     Example:
-      >>> safe_increment(jnp.int32(2147483647))
+      >>> import jax.numpy as jnp, gradtx
+      >>> gradtx.safe_increment(jnp.int32(2147483647))
       Array(2147483647, dtype=int32)
 
     Args:

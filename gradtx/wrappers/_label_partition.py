@@ -17,9 +17,9 @@ from ..core._transformation import forward_extra_args as _accepting_extra_args
 from ..tree import broadcast_prefix
 from ..tree._patterns import is_tree_not_function
 from ._common import errors_named
-from ._partition import multi_transform
+from ._partition import MaskedNode, multi_transform
 
-_is_none = lambda x: x is None
+_is_pruned = lambda x: x is None or isinstance(x, MaskedNode)
 
 
 def _mask_extra_args(tx: GradientTransformation) -> GradientTransformation:
@@ -27,13 +27,13 @@ def _mask_extra_args(tx: GradientTransformation) -> GradientTransformation:
     inner_update = _accepting_extra_args(tx.update)
 
     def update(updates, state, params=None, **extra_args):
-        layout = jax.tree.structure(updates, is_leaf=_is_none)
+        layout = jax.tree.structure(updates, is_leaf=_is_pruned)
 
         def pruned(value):
-            if jax.tree.structure(value, is_leaf=_is_none) != layout:
+            if jax.tree.structure(value, is_leaf=_is_pruned) != layout:
                 return value
             return jax.tree.map(
-                lambda u, v: None if u is None else v, updates, value, is_leaf=_is_none
+                lambda u, v: u if _is_pruned(u) else v, updates, value, is_leaf=_is_pruned
             )
 
         extra_args = {name: pruned(value) for name, value in extra_args.items()}

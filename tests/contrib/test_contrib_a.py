@@ -326,7 +326,7 @@ def test_muon_sends_non_matrices_to_adamw():
     inner = state.inner_states
     assert jax.tree.leaves(inner["muon"][0].mu) == [inner["muon"][0].mu["w"]]
     adam_mu = gradtx.tree.get(inner["adam"], "mu")
-    assert adam_mu["w"] is None and adam_mu["b"].shape == (4,)
+    assert isinstance(adam_mu["w"], gradtx.MaskedNode) and adam_mu["b"].shape == (4,)
 
 
 def test_muon_dimension_number_errors_name_the_leaf_shape():

@@ -156,11 +156,6 @@ INVALID = [
     (lambda: S.warmup(S.constant(1.0), 5, 0.1, mode="nnabla"), "warmup", "init_value"),
     (lambda: S.warmup(S.constant(1.0), 5, mode="cosine"), "warmup", "mode"),
     (lambda: S.warmup_constant(0.0, 1.0, -2), "warmup_constant", "warmup_steps"),
-    (
-        lambda: S.warmup_exponential_decay(0.0, 1.0, 5, 0, 0.5),
-        "warmup_exponential_decay",
-        "transition_steps",
-    ),
     (lambda: S.cyclic(0.1, 1.0, 0), "cyclic", "step_size_up"),
     (lambda: S.cyclic(0.1, 1.0, 5, 0), "cyclic", "step_size_down"),
     (lambda: S.cyclic(0.1, 1.0, 5, mode="sawtooth"), "cyclic", "mode"),
@@ -185,3 +180,11 @@ def test_compositions_accept_int32_arrays_and_return_float32():
     schedule = S.join([S.warmup(S.constant(1.0), 3), S.cyclic(0.0, 1.0, 2)], [10])
     out = schedule(jnp.arange(16, dtype=jnp.int32).reshape(4, 4))
     assert out.dtype == jnp.float32 and out.shape == (4, 4)
+
+
+def test_warmup_exponential_decay_without_transition_holds_the_peak_as_in_optax():
+    with pytest.warns(UserWarning, match="transition_steps=0 <= 0 gives a constant"):
+        ours = S.warmup_exponential_decay(0.0, 1.0, 5, 0, 0.5)
+    ref = optax.warmup_exponential_decay_schedule(0.0, 1.0, 5, 0, 0.5)
+    t = np.arange(0, 12)
+    np.testing.assert_allclose([float(ours(i)) for i in t], [float(ref(i)) for i in t], rtol=1e-6)
