@@ -1,43 +1,16 @@
-"""Helpers shared by the wrappers (internal): pruned trees.
+"""Helpers shared by the wrappers (internal).
 
-A wrapper that runs an inner transformation on part of the tree hands it a *pruned* tree: the
-leaves it does not own are replaced by `None`. gradtx treats `None` as an absent leaf everywhere
-(`tree.zeros_like`, `apply_updates`, `assert_same_structure`), and so does Optax, so the inner
-state holds no buffer for a pruned leaf.
+(Pruned trees, the part of the tree an inner transformation of `masked` / `multi_transform` /
+`freeze` sees, are made in `_partition.py`: the leaves it does not own are `MaskedNode()`, as in
+Optax, so the inner state holds no buffer for them.)
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import jax
-
 from .._base._checks import error_context
-from .._base._typing import PyTree
 from ..core._transformation import GradientTransformation
-from ..tree._paths import _is_tree_leaf
-
-
-def is_leaf_value(x: Any) -> bool:
-    """Whether `x` is a single leaf (not a container) for `jax.tree`; None counts as one."""
-    return _is_tree_leaf(x)
-
-
-def prune(tree: PyTree, keep: PyTree) -> PyTree:
-    """`tree` with every leaf whose `keep` flag is False replaced by None."""
-    return jax.tree.map(lambda x, k: x if k else None, tree, keep)
-
-
-def pick(keep: PyTree, inner: PyTree, outer: PyTree) -> PyTree:
-    """Leaf by leaf: `inner` where `keep` is True, else `outer` (`inner` may be pruned)."""
-    return jax.tree.map(lambda k, a, b: a if k else b, keep, inner, outer)
-
-
-__all__ = [
-    "is_leaf_value",
-    "pick",
-    "prune",
-]
 
 
 def errors_named(who: str, tx: GradientTransformation) -> GradientTransformation:
