@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base._checks import did_you_mean, error_context, expect_state
+from .._base._checks import error_context, expect_state
 from .._base._numerics import safe_increment, zero_count
 from .._base._typing import OptState
 from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
@@ -18,6 +18,7 @@ from ._inject_kinds import (
     _kind,
     _plain,
     _stored_dtype,
+    check_argument_names,
     check_factory,
 )
 from ._inject_stateful import inject_stateful_hyperparams
@@ -110,26 +111,9 @@ def inject_hyperparams(
         who, factory, static_args, hyperparam_dtype
     )
 
-    def _check_names(signature: inspect.Signature, kwargs: Mapping[str, Any]) -> None:
-        """A `TypeError` suggesting the factory's argument for a misspelt (or torch-named) one."""
-        params = signature.parameters
-        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-            return
-        named = [
-            n
-            for n, p in params.items()
-            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        ]
-        for name in kwargs:
-            if name not in named:
-                raise TypeError(
-                    f"{who}({factory_name}): {factory_name} has no argument {name!r}"
-                    f"{did_you_mean(name, named)}; its arguments are {named}"
-                )
-
     def wrapped(*args: Any, **kwargs: Any) -> GradientTransformation:
         if signature is not None:
-            _check_names(signature, kwargs)
+            check_argument_names(f"{who}({factory_name})", factory_name, signature, kwargs)
             try:
                 bound = signature.bind(*args, **kwargs)
             except TypeError as e:

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._base._checks import did_you_mean
 from .._base._typing import ArrayLike, ScalarOrSchedule, Schedule
 
 # Evaluated annotations, by the name they are written with (the aliases are unions, which
@@ -169,3 +170,24 @@ def check_factory(
                 f"does not take; its arguments are {list(signature.parameters)}"
             )
     return hyperparam_dtype, static, signature, factory_name
+
+
+def check_argument_names(
+    prefix: str, factory: str, signature: inspect.Signature, kwargs: Any
+) -> None:
+    """A `TypeError` suggesting the factory's argument for a misspelt (or torch-named) keyword:
+    "`prefix`: `factory` has no argument 'x' (did you mean ...); its arguments are [...]"."""
+    params = signature.parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    named = [
+        n
+        for n, p in params.items()
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
+    for name in kwargs:
+        if name not in named:
+            raise TypeError(
+                f"{prefix}: {factory} has no argument {name!r}{did_you_mean(name, named)}; "
+                f"its arguments are {named}"
+            )

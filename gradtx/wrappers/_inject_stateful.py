@@ -9,11 +9,11 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 import jax
 import jax.numpy as jnp
 
-from .._base._checks import did_you_mean, error_context, expect_state
+from .._base._checks import error_context, expect_state
 from .._base._numerics import safe_increment, zero_count
 from .._base._typing import ArrayLike, OptState, Schedule
 from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
-from ._inject_kinds import _kind, _plain, _stored_dtype, check_factory
+from ._inject_kinds import _kind, _plain, _stored_dtype, check_argument_names, check_factory
 
 ScheduleState = Any  # whatever a stateful schedule keeps (a pytree of arrays)
 
@@ -95,18 +95,7 @@ def _accepted(fn: Callable[..., Any], extra_args: Mapping[str, Any]) -> dict[str
 def _bind(who: str, signature: inspect.Signature, args: tuple, kwargs: dict) -> dict[str, Any]:
     """Every argument of the factory by name, defaults included (as Optax stores them)."""
     params = signature.parameters
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        named = [
-            n
-            for n, p in params.items()
-            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        ]
-        for name in kwargs:
-            if name not in named:
-                raise TypeError(
-                    f"{who}: the factory has no argument {name!r}{did_you_mean(name, named)}; "
-                    f"its arguments are {named}"
-                )
+    check_argument_names(who, "the factory", signature, kwargs)
     try:
         bound = signature.bind(*args, **kwargs)
     except TypeError as e:
