@@ -7,7 +7,9 @@ PIP    := $(PY) -m pip install --quiet --disable-pip-version-check -c constraint
 # A stamp per extras set: re-installs when pyproject.toml or constraints.txt change.
 STAMP_TEST  := $(VENV)/.stamp-test
 STAMP_DEMO  := $(VENV)/.stamp-demo
-PYTEST_ARGS ?= -n 2
+# `make pytest` runs two lanes at once (tests/lanes.py): the main one on 2 xdist workers and the
+# tests that start processes; PYTEST_ARGS go to both (e.g. PYTEST_ARGS="-k adam" or "--workers 4").
+PYTEST_ARGS ?=
 
 .PHONY: test demo bench docs lint typecheck pytest format clean optax-suite
 
@@ -35,7 +37,7 @@ typecheck: $(STAMP_TEST)
 	$(VENV)/bin/mypy
 
 pytest: $(STAMP_TEST)
-	$(PY) -m pytest $(PYTEST_ARGS) tests
+	$(PY) -m tests.lanes $(PYTEST_ARGS)
 
 format: $(STAMP_TEST)
 	$(VENV)/bin/ruff format .

@@ -1,13 +1,12 @@
-"""Test configuration: 8 host CPU devices and XLA's backend optimizations off (both set before
-JAX is imported, and inherited by the subprocesses tests start), and shared fixtures.
+"""Test configuration: 8 host CPU devices (set before JAX is imported, and inherited by the
+subprocesses tests start), the compile counter, the optimizer table's xdist groups, a guard on
+JAX's global configuration, and shared fixtures.
 
-The suite's programs are tiny, so compiling them is most of its time; without LLVM's
-optimization passes (`JAX_DISABLE_MOST_OPTIMIZATIONS`) XLA:CPU compiles them 20-40% faster.
-The values can differ from an optimized build's in the last bit (LLVM then contracts some
-multiply-adds into FMAs; XLA:CPU allows no other fast-math), which every tolerance here covers;
-tests that claim bit-identity between two *different* programs use the `optimized_xla`
-fixture, so that they check what users run. JAX_DISABLE_MOST_OPTIMIZATIONS=0 runs everything
-optimized.
+The suite compiles with XLA's full optimizations, the programs users run. `GRADTX_FAST_COMPILE=1`
+turns most of them off (`JAX_DISABLE_MOST_OPTIMIZATIONS`) for quicker local loops: XLA:CPU then
+compiles 20-40% faster, and values may differ from an optimized build's in the last bit (every
+tolerance covers that; tests that claim bit-identity between two *different* programs take the
+`optimized_xla` fixture). CI never sets it.
 """
 
 import os
@@ -15,10 +14,51 @@ import os
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
     os.environ["XLA_FLAGS"] = (_flags + " --xla_force_host_platform_device_count=8").strip()
-os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+if os.environ.get("GRADTX_FAST_COMPILE", "") not in ("", "0"):
+    os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
+
+from .compile_counter import CompileReportPlugin  # noqa: E402
+from .config_guard import ConfigGuard  # noqa: E402
+from .optimizer_table import OptCase  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(CompileReportPlugin(config), "gradtx-compile-counter")
+    if not config.pluginmanager.has_plugin("gradtx-config-guard"):
+        config.pluginmanager.register(ConfigGuard(), "gradtx-config-guard")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test of one table case runs on one xdist worker (`--dist loadgroup`), where the
+    compilation tier (tests/compiled.py) has that case's programs cached. A test that sets its
+    own `xdist_group` (the sharded table, one program for all cases) keeps it."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        case = callspec.params.get("case") if callspec is not None else None
+        if isinstance(case, OptCase) and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(f"case-{case.name}"))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Under `--dist loadgroup` xdist marks a grouped test by a suffix of its node id; if that
+    stopped working (pytest-xdist #1386: pytest 9.2 ignores it), every case would compile its
+    programs on both workers. Say so instead of running twice as long."""
+    config = session.config
+    if not (hasattr(config, "workerinput") and config.getvalue("loadgroup")):
+        return
+    for item in session.items:
+        if item.get_closest_marker("xdist_group") is not None:
+            if "@" not in item.nodeid.rpartition("]")[2]:
+                raise pytest.UsageError(
+                    f"--dist loadgroup does not group {item.nodeid}: this pytest-xdist / pytest "
+                    "pair ignores xdist_group (pytest-xdist #1386); use the versions in "
+                    "constraints.txt"
+                )
+            return
 
 
 @pytest.fixture

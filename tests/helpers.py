@@ -17,6 +17,15 @@ import numpy as np
 
 import gradtx
 
+EAGER_STEPS = 5
+"""Eager comparisons run at most this many steps: an eager step dispatches every operation on its
+own (slow), and the jitted run of the same comparison covers the long horizon."""
+
+
+def capped(steps: int, jit: bool) -> int:
+    """`steps` under jit, at most `EAGER_STEPS` eagerly."""
+    return steps if jit else min(steps, EAGER_STEPS)
+
 
 class Pair(NamedTuple):
     a: Any
@@ -122,9 +131,11 @@ def compare_transformations(
 ) -> None:
     """`tx` and `reference` (e.g. Optax's optimizer) give the same updates at every step.
 
-    Both run on the same random gradients over `steps` steps, each applying its own updates to
-    its own copy of `params` (a mixed pytree by default).
+    Both run on the same random gradients over `steps` steps (at most `EAGER_STEPS` with
+    `jit=False`), each applying its own updates to its own copy of `params` (a mixed pytree by
+    default).
     """
+    steps = capped(steps, jit)
     params = mixed_params() if params is None else params
     grads = grad_sequence(params, steps, seed=seed, scale=grad_scale)
     ours, _, _ = run(tx, params, grads, jit=jit, extra_args=extra_args)
@@ -135,6 +146,20 @@ def compare_transformations(
         extra = extra_args[i] if extra_args is not None else {}
         ref_u, ref_state, ref_params = ref_step(g, ref_state, ref_params, extra)
         assert_trees_close(u, ref_u, rtol, atol, msg=f"step {i}")
+
+
+def assert_trees_bitwise_equal(actual: Any, expected: Any, what: str = "") -> None:
+    """Same structure, and every leaf the same dtype, shape and bytes (PRNG keys by their key
+    data); a mismatch names the leaf's path."""
+    assert jax.tree.structure(actual) == jax.tree.structure(expected), what
+    paths = gradtx.tree.paths(expected)
+    for path, a, e in zip(paths, jax.tree.leaves(actual), jax.tree.leaves(expected), strict=True):
+        if jax.dtypes.issubdtype(getattr(e, "dtype", np.float32), jax.dtypes.prng_key):
+            assert a.dtype == e.dtype, f"{what} at {path!r}"
+            a, e = jax.random.key_data(a), jax.random.key_data(e)
+        a, e = np.asarray(a), np.asarray(e)
+        assert (a.dtype, a.shape) == (e.dtype, e.shape), f"{what} at {path!r}"
+        assert a.tobytes() == e.tobytes(), f"{what} at {path!r}: the bytes differ"
 
 
 def leaves64(tree: Any) -> list[np.ndarray]:
@@ -157,9 +182,11 @@ def compare_to_numpy(
 ) -> None:
     """`tx` gives the updates of a NumPy reference at every step.
 
-    `make_ref()` returns `ref(grads, params, **extra) -> updates` over lists of float64 leaves;
+    `steps` is capped at `EAGER_STEPS` with `jit=False`. `make_ref()` returns
+    `ref(grads, params, **extra) -> updates` over lists of float64 leaves;
     it keeps its own state and its own parameters are advanced here with its updates.
     """
+    steps = capped(steps, jit)
     params = mixed_params() if params is None else params
     grads = grad_sequence(params, steps, seed=seed, scale=grad_scale)
     ours, _, _ = run(tx, params, grads, jit=jit, extra_args=extra_args)

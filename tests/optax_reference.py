@@ -20,7 +20,7 @@ import pytest
 
 import gradtx
 
-from .helpers import assert_trees_close, grad_sequence, mixed_params
+from .helpers import EAGER_STEPS, assert_trees_close, grad_sequence, mixed_params
 
 
 def _scan_updates(tx: Any, params: Any, stacked_grads: Any) -> Any:
@@ -56,10 +56,10 @@ def _unstack(tree: Any, steps: int) -> list:
 
 _REFERENCE_RUNS: dict[tuple, list] = {}
 
-# Eagerly, ours runs only the first EAGER_STEPS steps: the eager test checks that nothing needs
-# tracing and that the first steps agree; the whole trajectory is checked under jit (every case
-# runs jitted, see `with_modes`). Eager steps dispatch op by op, ~0.1 s per step on a mixed tree.
-EAGER_STEPS = 20
+# Eagerly, ours runs only the first EAGER_STEPS steps (tests/helpers.py): the eager test checks
+# that nothing needs tracing and that the first steps agree; the whole trajectory is checked
+# under jit (every case runs jitted, see `with_modes`). Eager steps dispatch op by op, ~0.1 s per
+# step on a mixed tree.
 
 
 def compare_to_optax(

@@ -1,6 +1,6 @@
 """The shared table of optimizers: every entry gets every generic test (tests/test_generic.py).
 
-Each family adds its cases in its own module under tests/cases/ and one line in `_collect`.
+Each family adds its cases in its own module under tests/cases/, listed in `_collect`.
 """
 
 from __future__ import annotations
@@ -53,30 +53,28 @@ class OptCase:
 
 
 def _collect() -> list[OptCase]:
-    from .cases import foundation
+    from .cases import (
+        adam_and_sign,
+        adaptive,
+        contrib_methods,
+        contrib_parameter_free,
+        first_order,
+        lbfgs,
+        nnabla_and_returnn,
+        sgd,
+    )
 
-    cases = [*foundation.CASES]
-    from .cases import solvers_adaptive
-
-    cases += solvers_adaptive.CASES
-    from .cases import solvers_adam
-
-    cases += solvers_adam.CASES
-    from .cases import solvers_nnabla
-
-    cases += solvers_nnabla.CASES
-    from .cases import solvers3_optax
-
-    cases += solvers3_optax.CASES
-    from .cases import solvers3_lbfgs
-
-    cases += solvers3_lbfgs.CASES
-    from .cases import solvers3_contrib_a
-
-    cases += solvers3_contrib_a.CASES
-    from .cases import solvers3_contrib_b
-
-    cases += solvers3_contrib_b.CASES
+    families = (
+        sgd,
+        adaptive,
+        adam_and_sign,
+        nnabla_and_returnn,
+        first_order,
+        lbfgs,
+        contrib_parameter_free,
+        contrib_methods,
+    )
+    cases = [case for family in families for case in family.CASES]
     names = [c.name for c in cases]
     duplicates = {n for n in names if names.count(n) > 1}
     assert not duplicates, f"duplicate case names in the optimizer table: {duplicates}"

@@ -19,6 +19,7 @@ from benchmarks.suite import run_suite
 from benchmarks.workloads import WORKLOADS, TreeSpec, step_fn
 
 
+@pytest.mark.subprocess
 def test_quick_suite_writes_json_markdown_and_png(tmp_path):
     run = run_suite(
         quick=True,
@@ -50,6 +51,7 @@ def test_quick_suite_writes_json_markdown_and_png(tmp_path):
         assert (tmp_path / "ratios.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.subprocess
 def test_cli_runs_one_workload(tmp_path, capsys):
     out = tmp_path / "cli"
     args = "--quick --only lion --tree 1x16M --repeats 1 --seconds 0 --no-torch --out"

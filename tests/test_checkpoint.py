@@ -17,22 +17,11 @@ import pytest
 import gradtx
 from gradtx.checkpoint import _io as _checkpoint_io
 
-from .helpers import grad_sequence, mixed_params
+from .helpers import assert_trees_bitwise_equal, grad_sequence, mixed_params
 
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
-
-
-def _assert_bitwise_equal(actual: Any, expected: Any) -> None:
-    assert jax.tree.structure(actual) == jax.tree.structure(expected)
-    for a, e in zip(jax.tree.leaves(actual), jax.tree.leaves(expected), strict=True):
-        if jax.dtypes.issubdtype(getattr(e, "dtype", np.float32), jax.dtypes.prng_key):
-            assert a.dtype == e.dtype
-            a, e = jax.random.key_data(a), jax.random.key_data(e)
-        a, e = np.asarray(a), np.asarray(e)
-        assert (a.dtype, a.shape) == (e.dtype, e.shape)
-        assert a.tobytes() == e.tobytes()
 
 
 def _trained(tx: gradtx.GradientTransformation, params: Any, steps: int = 3) -> Any:
@@ -81,7 +70,7 @@ def test_load_state_dict_round_trips_none_leaves_and_empty_subtrees():
     # mixed_params has None leaves and an empty dict: they have no entry and come back.
     assert jax.tree.structure(state) != jax.tree.structure(jax.tree.leaves(state))
     restored = gradtx.load_state_dict(tx.init(params), gradtx.state_dict(state))
-    _assert_bitwise_equal(restored, state)
+    assert_trees_bitwise_equal(restored, state)
     assert restored[0].mu["none"] is None and restored[0].mu["empty"] == {}
     assert restored[0].mu["layers"][1]["frozen"] is None
 
@@ -112,8 +101,8 @@ def test_load_state_dict_non_strict_keeps_template_values_for_missing_keys():
     d = {k: v for k, v in gradtx.state_dict(state).items() if not k.startswith("0/nu/")}
     d["something/else"] = np.zeros(2)
     restored = gradtx.load_state_dict(template, d, strict=False)
-    _assert_bitwise_equal(restored[0].mu, state[0].mu)
-    _assert_bitwise_equal(restored[0].nu, template[0].nu)
+    assert_trees_bitwise_equal(restored[0].mu, state[0].mu)
+    assert_trees_bitwise_equal(restored[0].nu, template[0].nu)
     # Shapes are still checked.
     d["0/mu/dense/bias"] = np.zeros(5, np.float32)
     with pytest.raises(gradtx.CheckpointError, match="0/mu/dense/bias"):
@@ -138,7 +127,7 @@ def test_load_keeps_template_placement_weak_types_and_leaf_kinds(tmp_path):
         gradtx.load_state_dict(template, gradtx.state_dict(state)),
         gradtx.load(gradtx.save(tmp_path / "s", state), template),
     ):
-        _assert_bitwise_equal(restored, state)
+        assert_trees_bitwise_equal(restored, state)
         assert restored["sharded"].sharding == sharded
         assert not restored["default"].committed
         assert restored["weak"].weak_type
@@ -149,7 +138,7 @@ def test_load_into_abstract_template(tmp_path):
     tx, params, state = _adam_state()
     path = gradtx.save(tmp_path / "adam.safetensors", state)
     abstract = jax.eval_shape(tx.init, params)
-    _assert_bitwise_equal(gradtx.load(path, abstract), state)
+    assert_trees_bitwise_equal(gradtx.load(path, abstract), state)
 
 
 # --------------------------------------------------------------------------------------------
@@ -164,7 +153,7 @@ def test_bf16_int32_and_other_dtypes_round_trip(tmp_path):
     dtypes = {x.dtype for x in jax.tree.leaves(state)}
     assert {jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.int32)} <= dtypes
     restored = gradtx.load(gradtx.save(tmp_path / "bf16", state), tx.init(params))
-    _assert_bitwise_equal(restored, state)
+    assert_trees_bitwise_equal(restored, state)
     rng = np.random.default_rng(0)
     other = {
         str(np.dtype(d)): np.asarray(rng.normal(size=(2, 3)) * 10).astype(d)
@@ -174,7 +163,7 @@ def test_bf16_int32_and_other_dtypes_round_trip(tmp_path):
     other["scalar_int32"] = np.asarray(-5, np.int32)
     other["zero_size"] = np.zeros((0, 4), np.float32)
     restored = gradtx.load(gradtx.save(tmp_path / "other", other), other)
-    _assert_bitwise_equal(restored, other)
+    assert_trees_bitwise_equal(restored, other)
 
 
 def test_file_has_the_safetensors_layout_and_no_pickle(tmp_path):
@@ -233,10 +222,10 @@ def test_failed_save_leaves_the_previous_checkpoint_readable(tmp_path, monkeypat
     with pytest.raises(OSError, match="simulated"):
         gradtx.save(path, new)
     monkeypatch.undo()
-    _assert_bitwise_equal(gradtx.load(path, tx.init(params)), old)
+    assert_trees_bitwise_equal(gradtx.load(path, tx.init(params)), old)
     assert _files(tmp_path) == ["ckpt"]  # the temporary file is gone
     gradtx.save(path, new)
-    _assert_bitwise_equal(gradtx.load(path, tx.init(params)), new)
+    assert_trees_bitwise_equal(gradtx.load(path, tx.init(params)), new)
 
 
 def test_stale_temporaries_of_dead_processes_are_removed(tmp_path):
@@ -352,7 +341,7 @@ def test_loading_into_a_reconfigured_optimizer_works(tmp_path):
     path = gradtx.save(tmp_path / "adamw", state)
     new_tx = gradtx.adamw(gradtx.linear_schedule(1e-3, 0.0, 100), b1=0.8, weight_decay=0.1)
     restored = gradtx.load(path, new_tx.init(params))
-    _assert_bitwise_equal(restored, state)
+    assert_trees_bitwise_equal(restored, state)
     new_tx.update(grad_sequence(params, 1)[0], restored, params)  # it runs
 
 
@@ -368,7 +357,7 @@ def test_injected_hyperparameters_are_restored_or_replaced_on_request(tmp_path):
     d = {k: v for k, v in gradtx.state_dict(restored).items() if "/hyperparams/" not in f"/{k}"}
     kept = gradtx.load_state_dict(template, d, strict=False)
     assert gradtx.inspect_state(kept).hyperparam("learning_rate") == np.float32(0.5)
-    _assert_bitwise_equal(kept.inner_state, state.inner_state)
+    assert_trees_bitwise_equal(kept.inner_state, state.inner_state)
 
 
 # --------------------------------------------------------------------------------------------
@@ -451,16 +440,16 @@ def test_round_trip_through_orbax(tmp_path):
         ckptr.save(tmp_path / "flat", gradtx.state_dict(state))
         ckptr.wait_until_finished()
         flat = ckptr.restore(tmp_path / "flat", gradtx.state_dict(template))
-    _assert_bitwise_equal(gradtx.load_state_dict(template, flat), state)
+    assert_trees_bitwise_equal(gradtx.load_state_dict(template, flat), state)
 
 
 def test_round_trip_through_flax_serialization():
     serialization = pytest.importorskip("flax.serialization")
     template, state = _wrapped_state()
     restored = serialization.from_bytes(template, serialization.to_bytes(state))
-    _assert_bitwise_equal(restored, state)
+    assert_trees_bitwise_equal(restored, state)
     flat = serialization.msgpack_restore(serialization.msgpack_serialize(gradtx.state_dict(state)))
-    _assert_bitwise_equal(gradtx.load_state_dict(template, flat), state)
+    assert_trees_bitwise_equal(gradtx.load_state_dict(template, flat), state)
 
 
 def test_checkpoint_benchmark_runs_on_a_tiny_tree(tmp_path):

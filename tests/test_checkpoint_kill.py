@@ -17,6 +17,8 @@ import pytest
 
 import gradtx
 
+pytestmark = pytest.mark.subprocess  # the second lane of `make test`
+
 ROOT = Path(__file__).parent.parent
 TIMEOUT_S = 120
 

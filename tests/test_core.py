@@ -1,5 +1,7 @@
 """The core protocol: GradientTransformation, chain, named_chain, identity, stateless,
-apply_updates, extra-argument forwarding and structure errors."""
+apply_updates, extra-argument forwarding and structure errors; the helpers that build or adapt a
+transformation (`init_empty_state`, `stateless_with_tree_map`, `with_extra_args_support`) and
+`incremental_update` (Polyak averaging), against Optax."""
 
 from __future__ import annotations
 
@@ -10,8 +12,11 @@ import optax
 import pytest
 
 import gradtx
+from gradtx import core
 
-from .helpers import compare_transformations, grad_sequence, mixed_params
+from .helpers import assert_trees_close, compare_transformations, grad_sequence, mixed_params
+from .optax_reference import compare_to_optax
+from .transforms.common import ATOL, RTOL
 
 
 def _recorder(log: list, factor: float = 1.0) -> gradtx.GradientTransformation:
@@ -174,3 +179,88 @@ def test_transformation_that_needs_params_names_itself():
     tx = gradtx.weight_decay(1e-4)
     with pytest.raises(ValueError, match=r"^weight_decay needs the current parameters"):
         tx.update({"w": jnp.ones(2)}, tx.init({"w": jnp.ones(2)}))
+
+
+def test_apply_updates_refuses_an_update_of_another_shape():
+    params = {"enc": {"w": jnp.zeros(())}, "b": jnp.zeros(2)}
+    updates = {"enc": {"w": jnp.zeros(3)}, "b": jnp.zeros(2)}
+    with pytest.raises(
+        ValueError, match=r"apply_updates: the update at \['enc'\]\['w'\] has shape"
+    ):
+        gradtx.apply_updates(params, updates)
+    with pytest.raises(ValueError, match=r"has shape \(3,\) but its parameter has shape \(\)"):
+        jax.jit(gradtx.apply_updates)(params, updates)
+
+
+# --------------------------------------------------------------------------------------------
+# helpers that build or adapt a transformation: init_empty_state, stateless_with_tree_map,
+# with_extra_args_support
+# --------------------------------------------------------------------------------------------
+
+
+def test_init_empty_state_and_stateless_with_tree_map():
+    assert core.init_empty_state({"a": jnp.ones(2)}) == gradtx.EmptyState()
+    params = mixed_params()
+    f = lambda g, p: g * 2.0 if p is None else g * p
+    compare_to_optax(
+        core.stateless_with_tree_map(f),
+        optax.stateless_with_tree_map(f),
+        jit=False,
+        steps=3,
+        params=params,
+        reference_jit=False,
+    )
+    ours, ref = core.stateless_with_tree_map(f), optax.stateless_with_tree_map(f)
+    g = grad_sequence(params, 1)[0]
+    u, state = ours.update(g, ours.init(params))  # no params: f gets None
+    assert_trees_close(u, ref.update(g, ref.init(params))[0], RTOL, ATOL)
+    assert state == gradtx.EmptyState()
+    with pytest.raises(TypeError, match="stateless_with_tree_map: f must be callable"):
+        core.stateless_with_tree_map(3)
+    with pytest.raises(ValueError, match="stateless_with_tree_map"):
+        ours.update({"a": jnp.ones(1)}, gradtx.EmptyState(), {"b": jnp.ones(1)})
+
+
+def test_with_extra_args_support():
+    tx = gradtx.adam(1e-3)
+    assert core.with_extra_args_support(tx) is tx  # already accepts **extra_args
+    plain = optax.sgd(0.1)  # an update without **extra_args
+    wrapped = core.with_extra_args_support(plain)
+    params = {"w": jnp.ones(2)}
+    u, _ = wrapped.update(params, wrapped.init(params), params, value=1.0, other="x")
+    ref = optax.with_extra_args_support(plain)
+    ue, _ = ref.update(params, ref.init(params), params, value=1.0)
+    assert_trees_close(u, ue, 0, 0)
+    with pytest.raises(TypeError, match="with_extra_args_support: tx must be"):
+        core.with_extra_args_support(optax.sgd)
+
+
+# --------------------------------------------------------------------------------------------
+# incremental_update (Polyak averaging), with periodic_update alongside
+# --------------------------------------------------------------------------------------------
+
+
+def test_incremental_and_periodic_update_match_optax():
+    rng = np.random.default_rng(3)
+    new = {"w": jnp.asarray(rng.normal(size=(3, 2)), jnp.float32), "s": jnp.float32(2.0)}
+    old = {"w": jnp.asarray(rng.normal(size=(3, 2)), jnp.float32), "s": jnp.float32(-1.0)}
+    for tau in (0.0, 0.01, 0.5, 1.0):
+        got = core.incremental_update(new, old, tau)
+        assert_trees_close(got, optax.incremental_update(new, old, tau), RTOL, ATOL)
+    traced = jax.jit(core.incremental_update)(new, old, 0.3)
+    assert_trees_close(traced, optax.incremental_update(new, old, 0.3), RTOL, ATOL)
+    for step in range(6):
+        got = gradtx.periodic_update(new, old, step, 3)
+        assert_trees_close(got, optax.periodic_update(new, old, step, 3), 0, 0)
+    # None leaves pass through; the average keeps its dtype
+    got = core.incremental_update(
+        {"a": jnp.ones(2), "n": None}, {"a": jnp.zeros(2, jnp.bfloat16), "n": None}, 0.5
+    )
+    assert got["n"] is None and got["a"].dtype == jnp.bfloat16
+
+
+def test_incremental_update_errors():
+    with pytest.raises(gradtx.HyperparameterError, match=r"incremental_update.*step_size.*\[0"):
+        core.incremental_update({"a": 1.0}, {"a": 0.0}, 1.5)
+    with pytest.raises(ValueError, match=r"incremental_update.*'b'"):
+        core.incremental_update({"a": jnp.ones(1)}, {"b": jnp.ones(1)}, 0.5)

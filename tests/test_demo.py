@@ -12,6 +12,7 @@ from gradtx import __main__ as cli
 from gradtx.cli import _demo
 
 
+@pytest.mark.subprocess
 def test_demo_trains_every_optimizer_of_its_config_and_writes_table_and_plot(tmp_path, capsys):
     out = tmp_path / "out"
     assert cli.main(["demo", "--steps", "300", "--out", str(out)]) == 0
@@ -33,6 +34,7 @@ def test_demo_trains_every_optimizer_of_its_config_and_writes_table_and_plot(tmp
     assert png.exists() and png.stat().st_size > 20_000
 
 
+@pytest.mark.subprocess
 def test_demo_runs_a_subset_from_another_config(tmp_path, capsys):
     config = tmp_path / "mine.json"
     config.write_text(

@@ -49,6 +49,7 @@ def _blocks(page: Path) -> list[tuple[int, str, str | None]]:
 # -- the site --------------------------------------------------------------------------------------
 
 
+@pytest.mark.subprocess
 def test_site_builds_strictly(tmp_path):
     site = tmp_path / "site"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}

@@ -1,5 +1,5 @@
 """One error vocabulary: `HyperparameterError`, one way to prefix `who:`, errors that name what the
-user called (at construction and in `update`), and the defects fixed with it."""
+user called (at construction and in `update`), and mistakes refused where they are made."""
 
 from __future__ import annotations
 
@@ -252,7 +252,7 @@ def test_did_you_mean_knows_other_libraries_names():
 
 
 # --------------------------------------------------------------------------------------------
-# Defects
+# Mistakes refused where they are made
 # --------------------------------------------------------------------------------------------
 
 

@@ -1,6 +1,13 @@
-"""Generic tests that every optimizer in the shared table must pass."""
+"""Generic checks that every optimizer in the shared table must pass.
+
+They draw on the compilation tier (tests/compiled.py): per case one training trajectory of
+`gradtx.jit_step`, one injected trajectory and one convergence program, plus one program per dtype
+for the whole table; the checks that need no numbers trace instead of compiling.
+"""
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -9,53 +16,24 @@ import pytest
 
 import gradtx
 
-from .helpers import grad_sequence, mixed_params, state_dtypes
+from . import compiled
+from .helpers import (
+    assert_trees_bitwise_equal,
+    assert_trees_close,
+    grad_sequence,
+    mixed_params,
+    state_dtypes,
+)
 from .optimizer_table import CASES, OptCase
 
 pytestmark = pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 
-
-def _quadratic_problem():
-    params = mixed_params(seed=3)
-    rng = np.random.default_rng(4)
-    curv = jax.tree.map(lambda x: jnp.asarray(rng.uniform(0.5, 2.0, np.shape(x)), x.dtype), params)
-    target = jax.tree.map(lambda x: jnp.asarray(rng.normal(size=np.shape(x)), x.dtype), params)
-
-    def loss(p):
-        terms = jax.tree.map(lambda x, a, b: 0.5 * jnp.sum(a * (x - b) ** 2), p, curv, target)
-        return sum(jax.tree.leaves(terms))
-
-    return params, loss
-
-
-def _rosenbrock(p):
-    x, y = p["xy"][0], p["xy"][1]
-    return (1.0 - x) ** 2 + 100.0 * (y - x**2) ** 2
-
-
-def _minimize(tx, loss, params, steps):
-    """Run `steps` jitted steps in one fori_loop; `value=loss` is passed to every update."""
-
-    @jax.jit
-    def go(params):
-        state = tx.init(params)
-
-        def body(_, carry):
-            p, s = carry
-            value, grads = jax.value_and_grad(loss)(p)
-            updates, s = tx.update(grads, s, p, value=value)
-            return gradtx.apply_updates(p, updates), s
-
-        p, _ = jax.lax.fori_loop(0, steps, body, (params, state))
-        return loss(p)
-
-    return float(go(params))
+VALUE = jnp.float32(1.0)
 
 
 def test_converges_on_quadratic(case: OptCase):
-    params, loss = _quadratic_problem()
-    start = float(loss(params))
-    final = _minimize(case.make_quadratic(), loss, params, case.quadratic_steps)
+    result = compiled.numerics(case.name)
+    start, final = result["quadratic_start"], result["quadratic"]
     assert np.isfinite(final)
     assert final < case.quadratic_tol * start, (start, final)
 
@@ -63,30 +41,30 @@ def test_converges_on_quadratic(case: OptCase):
 def test_converges_on_rosenbrock(case: OptCase):
     if case.rosenbrock_tol is None:
         pytest.skip(case.rosenbrock_skip)
-    params = {"xy": jnp.array([-1.0, 1.0], jnp.float32)}
-    final = _minimize(case.make_rosenbrock(), _rosenbrock, params, case.rosenbrock_steps)
+    final = compiled.numerics(case.name)["rosenbrock"]  # 4.0 at the start, (-1, 1)
     assert np.isfinite(final)
     assert final < case.rosenbrock_tol, final
 
 
-# float32 is checked by test_state_is_stable_through_scan (a scan's carry keeps its dtypes).
-@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=str)
+# float32 is checked by the trajectory (test_state_is_stable_through_scan and the resume check).
+@pytest.mark.parametrize("dtype", compiled.LOW_PRECISION)
 def test_dtypes_are_preserved(case: OptCase, dtype):
     if not case.low_precision:
         pytest.skip(f"{case.name} is documented as float32-only")
-    tx = case.make()
-    params = mixed_params(dtype=dtype)
-    state = tx.init(params)
-    init_dtypes = state_dtypes(state)
-    step = jax.jit(lambda g, s, p: tx.update(g, s, p, value=jnp.asarray(1.0, dtype)))
-    for g in grad_sequence(params, 3, scale=0.1):
-        updates, state = step(g, state, params)
+    run = compiled.numerics(case.name)["dtypes"][dtype]
+    if run.error is not None:
+        raise run.error
+    assert run.updates is not None and run.states is not None and run.params is not None
+    init_dtypes = state_dtypes(run.init_state)
+    params = mixed_params(dtype=jnp.dtype(dtype))
+    for i, (updates, state, new_params) in enumerate(
+        zip(run.updates, run.states, run.params, strict=True)
+    ):
         for u, p in zip(jax.tree.leaves(updates), jax.tree.leaves(params), strict=True):
-            assert u.dtype == p.dtype, (u.dtype, p.dtype)
-            assert bool(jnp.all(jnp.isfinite(u.astype(jnp.float32))))
-        params = gradtx.apply_updates(params, updates)
-        assert state_dtypes(state) == init_dtypes
-    assert all(x.dtype == dtype for x in jax.tree.leaves(params))
+            assert u.dtype == p.dtype, (i, u.dtype, p.dtype)
+            assert np.all(np.isfinite(u.astype(np.float32))), f"step {i + 1}"
+        assert state_dtypes(state) == init_dtypes, f"step {i + 1}"
+        assert all(x.dtype == jnp.dtype(dtype) for x in jax.tree.leaves(new_params))
 
 
 def test_init_from_shape_dtype_struct(case: OptCase):
@@ -103,20 +81,8 @@ def test_init_from_shape_dtype_struct(case: OptCase):
 
 
 def test_no_retrace_on_second_call(case: OptCase):
-    tx = case.make()
-    params = mixed_params()
-    traces = []
-
-    @jax.jit
-    def step(g, s, p):
-        traces.append(1)
-        updates, s = tx.update(g, s, p, value=jnp.float32(1.0))
-        return gradtx.apply_updates(p, updates), s
-
-    state = tx.init(params)
-    for g in grad_sequence(params, 3):
-        params, state = step(g, state, params)
-    assert len(traces) == 1
+    # STEPS calls of one jitted step, each with new gradients, params, state and value
+    assert compiled.trajectory(case.name).cache_size() == 1
 
 
 def test_state_is_stable_through_scan(case: OptCase):
@@ -126,23 +92,84 @@ def test_state_is_stable_through_scan(case: OptCase):
 
     def body(carry, g):
         p, s = carry
-        updates, s = tx.update(g, s, p, value=jnp.float32(1.0))
+        updates, s = tx.update(g, s, p, value=VALUE)
         return (gradtx.apply_updates(p, updates), s), updates
 
-    # scan itself requires the state's structure and dtypes not to change
-    (p, s), updates = jax.lax.scan(body, (params, tx.init(params)), grads)
+    # tracing the scan requires the state's structure and dtypes not to change
+    (p, s), updates = jax.eval_shape(
+        lambda p, gs: jax.lax.scan(body, (p, tx.init(p)), gs), params, grads
+    )
     assert jax.tree.structure(s) == jax.tree.structure(tx.init(params))
     for u, x in zip(jax.tree.leaves(updates), jax.tree.leaves(params), strict=True):
         assert u.dtype == x.dtype, (u.dtype, x.dtype)  # float32 updates for float32 params
-        assert bool(jnp.all(jnp.isfinite(u)))
-    assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(p))
+        assert u.shape == (4, *x.shape)
+    # the numbers: every step of the compiled trajectory keeps the params finite
+    for i, p in enumerate(compiled.trajectory(case.name).params):
+        assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(p)), f"after step {i}"
 
 
 def test_accepts_and_ignores_unknown_extra_args(case: OptCase):
     tx = case.make()
     params = mixed_params()
     g = grad_sequence(params, 1)[0]
-    a, _ = tx.update(g, tx.init(params), params, value=jnp.float32(1.0))
-    b, _ = tx.update(g, tx.init(params), params, value=jnp.float32(1.0), some_unused_arg=3)
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    state = tx.init(params)
+    plain = jax.make_jaxpr(functools.partial(tx.update, value=VALUE))(g, state, params)
+    extra = jax.make_jaxpr(functools.partial(tx.update, value=VALUE, some_unused_arg=3))(
+        g, state, params
+    )
+    assert str(extra) == str(plain)
+
+
+def test_jit_step_equals_plain_step(case: OptCase):
+    # The donating `jit_step` lowers to the plain jitted step, donation aside; the trajectory
+    # runs `jit_step` itself for every case (and tests/test_step.py runs both for real).
+    tx = case.make()
+    params = mixed_params()
+    state = tx.init(params)
+    g = grad_sequence(params, 1)[0]
+    donating = gradtx.jit_step(tx).lower(params, state, g, value=VALUE).as_text()
+    plain = compiled.plain_step(tx).lower(params, state, g, value=VALUE).as_text()
+    assert compiled.without_donation(donating) == compiled.without_donation(plain)
+    assert donating != plain, "no buffer is donated"
+
+
+def test_init_state_shares_no_buffer_with_params_or_itself(case: OptCase):
+    # A state leaf that is the same array as another state leaf (or as a parameter) cannot be
+    # donated to a jitted step. Adafactor's 1-element placeholders once were.
+    params = mixed_params()
+    state = case.make().init(params)
+    owners: dict[int, str] = {}
+    for name, tree in (("params", params), ("state", state)):
+        for path, leaf in zip(gradtx.tree.paths(tree), jax.tree.leaves(tree), strict=True):
+            if isinstance(leaf, jax.Array):
+                assert id(leaf) not in owners, f"{owners.get(id(leaf))} is {name}/{path}"
+                owners[id(leaf)] = f"{name}/{path}"
+
+
+def test_resume_is_bit_identical_for_every_table_optimizer(case: OptCase, tmp_path):
+    # MIDPOINT steps, save, load into a fresh template, continue with the same compiled step:
+    # bit-identical to the uninterrupted trajectory, and nothing recompiles.
+    run = compiled.trajectory(case.name)
+    path = tmp_path / "state.safetensors"
+    gradtx.save(path, compiled.device(run.states[compiled.MIDPOINT]))
+    params0, grads = compiled.canonical()
+    loaded = gradtx.load(path, case.make().init(compiled.device(params0)))
+    assert_trees_bitwise_equal(loaded, run.states[compiled.MIDPOINT], "loaded state")
+    p, s = compiled.device(run.params[compiled.MIDPOINT]), loaded
+    for i in range(compiled.MIDPOINT, compiled.STEPS):
+        p, s = run.step(p, s, compiled.device(grads[i]), value=run.values[i])
+    assert_trees_bitwise_equal(p, run.params[-1], "params after resuming")
+    assert_trees_bitwise_equal(s, run.states[-1], "state after resuming")
+    assert run.cache_size() == 1, "the loaded state recompiled the step"
+
+
+def test_inject_hyperparams_equals_the_plain_optimizer(case: OptCase):
+    # Stored hyperparameters are float32, while the plain optimizer may fold Python-float
+    # expressions such as 1 - b2 in double precision (1.3e-5 relative for b2 = 0.999), hence the
+    # absolute part of the tolerance.
+    params, state = compiled.injected(case.name)
+    ref = compiled.trajectory(case.name).params
+    for i, (p, r) in enumerate(zip(params, ref, strict=True)):
+        assert_trees_close(p, r, 1e-6, 1e-6, msg=f"{case.name} params after step {i}")
+    for name, value in state.hyperparams.items():
+        assert value.dtype == jnp.float32, (name, value.dtype)

@@ -15,6 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_optax_suite_ci_subset_passes_with_gradtx(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}

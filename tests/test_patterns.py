@@ -51,7 +51,7 @@ def test_the_python_blocks_in_the_docs_run():
 @pytest.mark.parametrize(
     ("pattern", "path", "expected"),
     [
-        # the defects: `**` after `**`, and `[^...]` read literally
+        # `**` after `**`, and `[^...]` as a negated class (not literally)
         ("**/**", "a", True),
         ("**/**", "a/b/c", True),
         ("a/**/**", "a/b/c", True),

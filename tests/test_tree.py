@@ -1,11 +1,17 @@
 """gradtx.tree: creation, arithmetic, reductions, paths, prefixes, get/set by name (glob patterns:
-test_patterns.py)."""
+test_patterns.py); and against optax.tree: every optax.tree function exists with Optax's
+signature and gives Optax's results on ordinary inputs; the deliberate differences are tested
+directly."""
 
 from __future__ import annotations
+
+import inspect
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import gradtx
@@ -227,3 +233,513 @@ def test_set_refuses_to_truncate_a_float_into_an_integer_leaf():
     with pytest.raises(ValueError, match="would be truncated"):
         gradtx.tree.set(state, learning_rate=0.5)
     assert int(gradtx.tree.set(state, learning_rate=2.0)["hyperparams"]["learning_rate"]) == 2
+
+
+# ============================================================================================
+# against optax.tree
+# ============================================================================================
+
+
+def _close(got: Any, want: Any, rtol: float = 1e-6, atol: float = 1e-6) -> None:
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        assert jnp.asarray(g).dtype == jnp.asarray(w).dtype, (g, w)
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol)
+
+
+class _Pair(NamedTuple):
+    a: Any
+    b: Any
+
+
+def small_params(seed: int = 0) -> dict:
+    """Dict / list / NamedTuple nesting, a scalar and a None leaf, on only two shapes (so that
+    eager ops compile few programs)."""
+    rng = np.random.default_rng(seed)
+
+    def leaf(*shape):
+        return jnp.asarray(rng.normal(size=shape), jnp.float32)
+
+    return {"a": leaf(3), "b": [leaf(2, 3), None], "c": _Pair(a=leaf(3), b=leaf(2, 3)), "n": None}
+
+
+def _trees(n: int = 3) -> list[dict]:
+    return [small_params(seed) for seed in range(n)]
+
+
+# Signatures: (argument names, kinds, defaults) as Optax's, except where documented.
+_SIGNATURE_DIFFERENCES = {
+    # gradtx.tree.add also takes one tree (returned as it is); a missing tree is an error.
+    "add": {"tree_x", "tree_y"},
+    # gradtx.tree.get raises KeyError (with close matches) when there is no default.
+    "get": {"default"},
+}
+
+
+def _spec(fn: Any) -> list[tuple[str, Any, Any]]:
+    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+
+@pytest.mark.parametrize("name", sorted(n for n in dir(optax.tree) if not n.startswith("_")))
+def test_every_optax_tree_function_exists_with_optax_signature(name):
+    ours, theirs = getattr(tree, name), getattr(optax.tree, name)
+    assert name in tree.__all__
+    allowed = _SIGNATURE_DIFFERENCES.get(name, set())
+    ours_spec = [(n, k, None if n in allowed else d) for n, k, d in _spec(ours)]
+    theirs_spec = [(n, k, None if n in allowed else d) for n, k, d in _spec(theirs)]
+    assert ours_spec == theirs_spec
+
+
+# --------------------------------------------------------------------------------------------
+# Arithmetic and elementwise maps
+# --------------------------------------------------------------------------------------------
+
+
+def test_leafwise_arithmetic_matches_optax():
+    x, y, z = _trees()
+    y_pos = jax.tree.map(lambda v: jnp.abs(v) + 0.5, y)
+
+    @jax.jit  # one compilation for all cases
+    def all_cases(x, y, z, y_pos):
+        return [
+            (tree.add(x, y), optax.tree.add(x, y)),
+            (tree.add(x, y, z), optax.tree.add(x, y, z)),
+            (tree.sub(x, y), optax.tree.sub(x, y)),
+            (tree.mul(x, y), optax.tree.mul(x, y)),
+            (tree.div(x, y_pos), optax.tree.div(x, y_pos)),
+            (tree.scale(-0.3, x), optax.tree.scale(-0.3, x)),
+            (tree.add_scale(x, 0.7, y), optax.tree.add_scale(x, 0.7, y)),
+            (tree.clip(x, -0.5, 0.25), optax.tree.clip(x, -0.5, 0.25)),
+            (tree.clip(x, max_value=0.1), optax.tree.clip(x, max_value=0.1)),
+            (tree.clip(x, min_value=-0.1), optax.tree.clip(x, min_value=-0.1)),
+            (tree.where(False, x, y), optax.tree.where(False, x, y)),
+            (tree.conj(x), optax.tree.conj(x)),
+            (tree.real(x), optax.tree.real(x)),
+            (tree.batch_shape(x, (2, 1)), optax.tree.batch_shape(x, (2, 1))),
+            (tree.batch_shape(x), optax.tree.batch_shape(x)),
+        ]
+
+    for got, want in all_cases(x, y, z, y_pos):
+        _close(got, want)
+
+
+def test_integer_leaves_are_not_truncated_and_divide_to_floats():
+    ints = {"a": jnp.arange(1, 4, dtype=jnp.int32), "b": [jnp.asarray(7, jnp.int32)]}
+    twos = jax.tree.map(lambda v: jnp.full_like(v, 2), ints)
+    _close(tree.scale(0.5, ints), optax.tree.scale(0.5, ints))
+    _close(tree.add_scale(ints, 0.5, ints), optax.tree.add_scale(ints, 0.5, ints))
+    _close(tree.div(ints, twos), optax.tree.div(ints, twos))
+    _close(tree.add(ints, twos), optax.tree.add(ints, twos))
+    assert tree.scale(0.5, ints)["a"].dtype == jnp.float32
+    assert tree.mul(ints, twos)["a"].dtype == jnp.int32
+
+
+def test_complex_leaves_conj_real_and_arithmetic_match_optax():
+    c = {"a": jnp.asarray([1 + 2j, -3 - 1j], jnp.complex64), "b": jnp.asarray(0.5 - 2j)}
+    for got, want in (
+        (tree.conj(c), optax.tree.conj(c)),
+        (tree.real(c), optax.tree.real(c)),
+        (tree.mul(c, c), optax.tree.mul(c, c)),
+        (tree.scale(2.0, c), optax.tree.scale(2.0, c)),
+    ):
+        _close(got, want)
+
+
+def test_arithmetic_keeps_bf16_where_optax_promotes():
+    # Deliberate: a float32 operand does not promote bf16 updates (Optax returns float32).
+    half = tree.cast(small_params(), jnp.bfloat16)
+    scaled = tree.scale(jnp.float32(0.5), half)
+    assert all(v.dtype == jnp.bfloat16 for v in jax.tree.leaves(scaled))
+    want = optax.tree.scale(jnp.float32(0.5), half)
+    _close(scaled, optax.tree.cast(want, jnp.bfloat16), rtol=1e-2)
+
+
+def test_none_in_the_first_tree_and_numpy_leaves_as_optax():
+    m = jnp.arange(3.0)
+    assert tree.add_scale(None, 1.0, m) is None is optax.tree.add_scale(None, 1.0, m)
+    x, y = {"a": None, "b": m}, {"a": m, "b": m}
+    _close(tree.add_scale(x, 2.0, y), optax.tree.add_scale(x, 2.0, y))
+    # NumPy leaves stay NumPy (float64), as Optax's operators leave them.
+    a, b = np.linspace(1.0, 2.0, 4), np.linspace(3.0, 4.0, 4)
+    for ours, theirs in ((tree.div, optax.tree.div), (tree.sub, optax.tree.sub)):
+        got, want = ours(a, b), theirs(a, b)
+        assert isinstance(got, np.ndarray) and got.dtype == np.float64
+        np.testing.assert_allclose(got, want, rtol=1e-15)
+
+
+def test_add_of_a_single_tree_and_of_none():
+    x = small_params()
+    _close(tree.add(x), x)
+    with pytest.raises(ValueError, match="at least one tree"):
+        tree.add()
+
+
+# --------------------------------------------------------------------------------------------
+# Reductions
+# --------------------------------------------------------------------------------------------
+
+
+def test_reductions_match_optax():
+    x, y, _ = _trees()
+    for got, want in (
+        (tree.sum(x), optax.tree.sum(x)),
+        (tree.sum(x, associative_reduction=True), optax.tree.sum(x, True)),
+        (tree.max(x), optax.tree.max(x)),
+        (tree.min(x), optax.tree.min(x)),
+        (tree.vdot(x, y), optax.tree.vdot(x, y)),
+        (tree.size(x), optax.tree.size(x)),
+    ):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+        assert jnp.asarray(got).dtype == jnp.asarray(want).dtype
+
+
+@pytest.mark.parametrize(
+    "ord_", [None, 2, 1, jnp.inf, "inf", "infinity", float("inf")], ids=lambda o: repr(o)
+)
+@pytest.mark.parametrize("squared", [False, True])
+def test_norm_matches_optax_for_every_ord(ord_, squared):
+    x = small_params(3)
+    got = tree.norm(x, ord=ord_, squared=squared)
+    want = optax.tree.norm(x, ord=ord_, squared=squared)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert got.dtype == want.dtype == jnp.float32
+    # Positional, as Optax's signature allows.
+    np.testing.assert_allclose(tree.norm(x, ord_, squared), want, rtol=1e-6)
+
+
+def test_norm_of_complex_leaves_matches_optax():
+    c = {"a": jnp.asarray([1 + 2j, -3 - 1j], jnp.complex64), "b": jnp.asarray([0.5j])}
+    for ord_ in (None, 1, jnp.inf):
+        np.testing.assert_allclose(tree.norm(c, ord_), optax.tree.norm(c, ord_), rtol=1e-6)
+
+
+def test_norm_rejects_an_unknown_ord():
+    with pytest.raises(ValueError, match="ord must be 1, 2 or inf"):
+        tree.norm(small_params(), ord=3)
+
+
+def test_integer_and_complex_sums_match_optax():
+    ints = {"a": jnp.arange(5, dtype=jnp.int32), "b": jnp.asarray([True, True])}
+    got, want = tree.sum(ints), optax.tree.sum(ints)
+    assert got.dtype == want.dtype == jnp.int32 and int(got) == int(want) == 12
+    big = {"a": jnp.asarray([2**24 + 1], jnp.int32)}  # exact, not rounded through float32
+    assert int(tree.sum(big)) == 2**24 + 1
+    c = {"a": jnp.asarray([1 + 2j, -3 - 1j], jnp.complex64), "b": jnp.asarray(2.0)}
+    got, want = tree.sum(c), optax.tree.sum(c)
+    assert got.dtype == want.dtype == jnp.complex64
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_max_min_skip_empty_leaves_and_give_infinities_for_no_elements():
+    x = {"a": jnp.zeros((0,)), "b": jnp.asarray([3.0, -1.0]), "c": None}
+    assert float(tree.max(x)) == float(optax.tree.max(x)) == 3.0
+    assert float(tree.min(x)) == float(optax.tree.min(x)) == -1.0
+    empty = {"a": jnp.zeros((0,))}
+    assert float(tree.max(empty)) == float(optax.tree.max(empty)) == -np.inf
+    assert float(tree.min(empty)) == float(optax.tree.min(empty)) == np.inf
+    ints = {"a": jnp.arange(4, dtype=jnp.int32)}
+    assert tree.max(ints).dtype == jnp.asarray(optax.tree.max(ints)).dtype
+
+
+def test_reductions_differ_from_optax_only_in_a_wider_accumulator():
+    # Deliberate: bf16 leaves are summed / normed in float32 (Optax: bf16), an empty tree's
+    # inf-norm is 0 (Optax: -inf). vdot is Optax's (complex for complex leaves).
+    half = tree.cast(small_params(), jnp.bfloat16)
+    assert tree.sum(half).dtype == jnp.float32 and tree.norm(half).dtype == jnp.float32
+    np.testing.assert_allclose(tree.sum(half), optax.tree.sum(half).astype(jnp.float32), 1e-2)
+    assert float(tree.norm({}, ord=jnp.inf)) == 0.0
+    c = {"a": jnp.asarray([1 + 2j], jnp.complex64)}
+    np.testing.assert_allclose(tree.vdot(c, c), optax.tree.vdot(c, c), rtol=1e-6)
+    d = {"a": jnp.asarray([1 + 2j], jnp.complex64), "b": jnp.ones(2)}
+    e = {"a": jnp.asarray([3 - 1j], jnp.complex64), "b": jnp.ones(2)}
+    np.testing.assert_allclose(tree.vdot(d, e), optax.tree.vdot(d, e), rtol=1e-6)
+    assert tree.vdot(d, e).dtype == jnp.complex64
+
+
+def test_allclose_matches_optax():
+    x = small_params()
+    near = tree.add_scale(x, 1e-7, tree.ones_like(x))
+    far = tree.add_scale(x, 1e-2, tree.ones_like(x))
+    nan = {"a": jnp.asarray([np.nan, 1.0])}
+    for a, b, kw in (
+        (x, near, {}),
+        (x, far, {}),
+        (x, far, {"atol": 0.1}),
+        (x, far, {"rtol": 0.0, "atol": 0.0}),
+        (nan, nan, {}),
+        (nan, nan, {"equal_nan": True}),
+        ({}, {}, {}),
+    ):
+        got, want = tree.allclose(a, b, **kw), optax.tree.allclose(a, b, **kw)
+        assert bool(got) == bool(want)
+
+
+# --------------------------------------------------------------------------------------------
+# Creation, casting, dtype
+# --------------------------------------------------------------------------------------------
+
+
+def test_creation_and_casting_match_optax():
+    x = small_params()
+    for got, want in (
+        (tree.zeros_like(x), optax.tree.zeros_like(x)),
+        (tree.ones_like(x, jnp.bfloat16), optax.tree.ones_like(x, jnp.bfloat16)),
+        (tree.full_like(x, 3.5), optax.tree.full_like(x, 3.5)),
+        (tree.full_like(x, 2, dtype=jnp.int32), optax.tree.full_like(x, 2, dtype=jnp.int32)),
+        (tree.cast(x, jnp.float16), optax.tree.cast(x, jnp.float16)),
+    ):
+        _close(got, want)
+    assert tree.cast(x, None) is x
+    other = {"a": jnp.zeros(2, jnp.bfloat16), "b": 1.0}  # a leaf without a dtype is kept
+    src = {"a": jnp.ones(2), "b": jnp.ones(3)}
+    _close(tree.cast_like(src, other), optax.tree.cast_like(src, other))
+
+
+def test_dtype_matches_optax_for_every_handler():
+    same = {"a": jnp.ones(2), "b": [jnp.zeros(())]}
+    mixed = {"a": jnp.ones(2, jnp.float16), "b": jnp.ones(2, jnp.float32)}
+    for t, handler in (
+        (same, None),
+        (mixed, "promote"),
+        (mixed, "highest"),
+        (mixed, "lowest"),
+        ({}, None),
+    ):
+        assert tree.dtype(t, handler) == optax.tree.dtype(t, handler)
+    unordered = {"a": jnp.ones(2, jnp.int32), "b": jnp.ones(2, jnp.uint32)}
+    assert tree.dtype(unordered, "promote") == optax.tree.dtype(unordered, "promote")
+    with pytest.raises(ValueError, match=r"different dtypes.*\['b'\]: float32"):
+        tree.dtype(mixed)
+    assert tree.dtype(unordered, "highest") == optax.tree.dtype(unordered, "highest")
+    assert tree.dtype(unordered, "lowest") == optax.tree.dtype(unordered, "lowest")
+    halves = {"a": jnp.ones(2, jnp.bfloat16), "b": jnp.ones(2, jnp.float16)}
+    assert tree.dtype(halves, "promote") == optax.tree.dtype(halves, "promote")
+    for handler in ("highest", "lowest"):
+        with pytest.raises(ValueError):
+            optax.tree.dtype(halves, handler)
+        with pytest.raises(ValueError, match="cannot order bfloat16 and float16"):
+            tree.dtype(halves, handler)
+    with pytest.raises(ValueError, match="mixed_dtype_handler must be"):
+        tree.dtype(mixed, "biggest")
+
+
+# --------------------------------------------------------------------------------------------
+# Moments
+# --------------------------------------------------------------------------------------------
+
+
+def test_moment_updates_match_optax_over_several_steps():
+    params = small_params()
+    grads = [small_params(seed) for seed in range(1, 6)]
+
+    @jax.jit  # one compilation, reused for every step
+    def step(g, ours, theirs, count):
+        ours = [
+            tree.update_moment(g, ours[0], 0.9, 1),
+            tree.update_moment(g, ours[1], 0.99, 2),
+            tree.update_infinity_moment(g, ours[2], 0.9, 1e-8),
+            tree.update_moment_per_elem_norm(g, ours[3], 0.9, 3),
+        ]
+        theirs = [
+            optax.tree.update_moment(g, theirs[0], 0.9, 1),
+            optax.tree.update_moment(g, theirs[1], 0.99, 2),
+            optax.tree.update_infinity_moment(g, theirs[2], 0.9, 1e-8),
+            optax.tree.update_moment_per_elem_norm(g, theirs[3], 0.9, 3),
+        ]
+        corrected = (
+            tree.bias_correction(ours[0], 0.9, count),
+            optax.tree.bias_correction(theirs[0], 0.9, count),
+        )
+        return ours, theirs, corrected
+
+    ours = [tree.zeros_like(params) for _ in range(4)]
+    theirs = [optax.tree.zeros_like(params) for _ in range(4)]
+    for count, g in enumerate(grads, start=1):
+        ours, theirs, (ours_hat, theirs_hat) = step(g, ours, theirs, jnp.int32(count))
+        for o, t in zip(ours, theirs, strict=True):
+            _close(o, t, rtol=1e-5)
+        _close(ours_hat, theirs_hat, rtol=1e-5)
+
+
+def test_moment_updates_of_complex_leaves_and_none_match_optax():
+    g = {"a": jnp.asarray([1 + 2j, -3 - 1j], jnp.complex64), "none": None}
+    m = {"a": jnp.asarray([0.5, 0.25], jnp.float32), "none": None}
+    for order in (1, 2, 3):
+        _close(
+            tree.update_moment_per_elem_norm(g, m, 0.9, order),
+            optax.tree.update_moment_per_elem_norm(g, m, 0.9, order),
+            rtol=1e-6,
+        )
+    _close(tree.update_moment(g, g, 0.9, 2), optax.tree.update_moment(g, g, 0.9, 2))
+    _close(tree.bias_correction(m, 0.999, 3), optax.tree.bias_correction(m, 0.999, 3))
+    half = {"a": jnp.ones(2, jnp.bfloat16)}
+    assert tree.bias_correction(half, 0.9, 2)["a"].dtype == jnp.bfloat16
+
+
+# --------------------------------------------------------------------------------------------
+# Random trees
+# --------------------------------------------------------------------------------------------
+
+
+def test_random_trees_match_optax():
+    x = small_params()
+
+    def no_sharding(k, shape, dtype):
+        return jax.random.bernoulli(k, 0.5, shape).astype(dtype)
+
+    @jax.jit  # one compilation for all cases
+    def all_cases(key, x):
+        keys, want_keys = tree.split_key_like(key, x), optax.tree.split_key_like(key, x)
+        return [
+            (tree.random_like(key, x), optax.tree.random_like(key, x)),
+            (
+                tree.random_like(key, x, jax.random.uniform, jnp.float16),
+                optax.tree.random_like(key, x, jax.random.uniform, jnp.float16),
+            ),
+            (tree.random_like(key, x, no_sharding), optax.tree.random_like(key, x, no_sharding)),
+            (tree.unwrap_random_key_data(keys), optax.tree.unwrap_random_key_data(want_keys)),
+        ]
+
+    key = jax.random.key(3)
+    for got, want in all_cases(key, x):
+        _close(got, want)
+    mixed = {"k": key, "w": jnp.ones(2), "raw": jax.random.PRNGKey(0)}
+    _close(tree.unwrap_random_key_data(mixed), optax.tree.unwrap_random_key_data(mixed))
+    assert jax.tree.structure(tree.split_key_like(key, x)) == jax.tree.structure(x)
+
+
+# --------------------------------------------------------------------------------------------
+# State access: get / get_all_with_path / set / map_params
+# --------------------------------------------------------------------------------------------
+
+
+def _states():
+    params = {"w": jnp.ones(3), "b": jnp.zeros(2)}
+    ours = gradtx.chain(gradtx.add_noise(1.0, 0.9, key=0), gradtx.scale_by_adam())
+    theirs = optax.chain(optax.add_noise(1.0, 0.9, key=0), optax.scale_by_adam())
+    return params, ours, theirs, ours.init(params), theirs.init(params)
+
+
+def test_get_finds_a_namedtuple_by_its_class_name_as_optax_does():
+    _, _, _, ours, theirs = _states()
+    got = tree.get(ours, "ScaleByAdamState")
+    want = optax.tree.get(theirs, "ScaleByAdamState")
+    assert type(got).__name__ == "ScaleByAdamState"
+    _close(got.mu, want.mu)
+    _close(got.nu, want.nu)
+    # The root itself, by its class name.
+    assert tree.get(got, "ScaleByAdamState") is got
+    assert optax.tree.get(want, "ScaleByAdamState") is want
+    # A class name as a path component.
+    assert tree.get(ours, "ScaleByAdamState/count") is got.count
+    found = tree.get_all_with_path(ours, "ScaleByAdamState")
+    assert [p for p, _ in found] == ["1"] and found[0][1] is got
+    assert [p for p, _ in tree.get_all_with_path(got, "ScaleByAdamState")] == [""]
+
+
+def test_set_replaces_a_namedtuple_by_its_class_name_as_optax_does():
+    _, _, _, ours, theirs = _states()
+    adam = tree.get(ours, "ScaleByAdamState")
+    new_adam = adam._replace(mu=tree.full_like(adam.mu, 2.0))
+    got = tree.set(ours, ScaleByAdamState=new_adam)
+    want_adam = optax.tree.get(theirs, "ScaleByAdamState")
+    want = optax.tree.set(
+        theirs, ScaleByAdamState=want_adam._replace(mu=optax.tree.full_like(want_adam.mu, 2.0))
+    )
+    _close(tree.get(got, "ScaleByAdamState").mu, optax.tree.get(want, "ScaleByAdamState").mu)
+    assert tree.get(got, "ScaleByAdamState") is new_adam
+    with pytest.raises(ValueError, match="differ"):
+        tree.set(ours, ScaleByAdamState=adam._replace(mu={"w": jnp.ones(3)}))
+    with pytest.raises(KeyError, match="did you mean 'ScaleByAdamState'"):
+        tree.set(ours, ScaleByAdamStat=new_adam)
+
+
+def test_get_with_filtering_sees_namedtuple_keys_as_optax():
+    _, _, _, ours, theirs = _states()
+
+    def in_adam(path, value):
+        return isinstance(path[-1], tree.NamedTupleKey) and path[-1].tuple_name == (
+            "ScaleByAdamState"
+        )
+
+    def in_adam_optax(path, value):
+        return getattr(path[-1], "tuple_name", None) == "ScaleByAdamState"
+
+    got = tree.get(ours, "count", filtering=in_adam)
+    want = optax.tree.get(theirs, "count", filtering=in_adam_optax)
+    assert int(got) == int(want) == 0
+    assert got is tree.get(ours, "ScaleByAdamState").count
+    assert str(tree.NamedTupleKey("ScaleByAdamState", "mu")) == "ScaleByAdamState.mu"
+    found = tree.get_all_with_path(ours, "count", lambda p, v: False)
+    assert found == []
+    assert tree.get(ours, "count", None, lambda p, v: False) is None
+    new = tree.set(ours, in_adam, count=5)
+    assert int(tree.get(new, "ScaleByAdamState").count) == 5
+    assert int(tree.get(new, "AddNoiseState").count) == 0
+    want_new = optax.tree.set(theirs, in_adam_optax, count=5)
+    assert int(optax.tree.get(want_new, "ScaleByAdamState").count) == 5
+    with pytest.raises(KeyError, match="that the filtering accepts"):
+        tree.set(ours, lambda p, v: False, count=5)
+    with pytest.raises(TypeError, match="filtering"):
+        tree.set(ours, 3, count=5)
+
+
+def test_ambiguous_get_is_a_key_error_as_in_optax_and_a_value_error():
+    _, _, _, ours, theirs = _states()
+    with pytest.raises(KeyError):
+        optax.tree.get(theirs, "count")
+    with pytest.raises(KeyError, match="'count' is ambiguous"):
+        tree.get(ours, "count")
+    with pytest.raises(ValueError, match="'count' is ambiguous"):
+        tree.get(ours, "count")
+
+
+def test_get_and_set_agree_with_optax_on_field_and_key_names():
+    params = jnp.ones(3)
+    ours = gradtx.inject_hyperparams(gradtx.sgd)(learning_rate=0.1).init(params)
+    theirs = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1).init(params)
+    np.testing.assert_allclose(
+        tree.get(ours, "learning_rate"), optax.tree.get(theirs, "learning_rate")
+    )
+    np.testing.assert_allclose(
+        tree.get(tree.set(ours, learning_rate=0.5), "learning_rate"),
+        optax.tree.get(optax.tree.set(theirs, learning_rate=0.5), "learning_rate"),
+    )
+    # Deliberate: a missing key raises (with close matches) unless a default is given; Optax
+    # returns None.
+    assert optax.tree.get(theirs, "nope") is None
+    assert tree.get(ours, "nope", None) is None
+    with pytest.raises(KeyError, match="no field or key 'nope'"):
+        tree.get(ours, "nope")
+
+
+class _Inner(NamedTuple):
+    mu: Any
+    note: Any
+
+
+def test_map_params_matches_optax():
+    params = {"w": jnp.ones(3), "b": jnp.zeros(2)}
+    ours_tx, theirs_tx = gradtx.adam(0.1), optax.adam(0.1)
+    ours, theirs = ours_tx.init(params), theirs_tx.init(params)
+    specs = {"w": "W", "b": "B"}
+    got = tree.map_params(ours_tx, lambda _, s: s, ours, specs, transform_non_params=lambda _: None)
+    want = optax.tree.map_params(
+        theirs_tx, lambda _, s: s, theirs, specs, transform_non_params=lambda _: None
+    )
+    assert tree.get(got, "mu") == optax.tree.get(want, "mu") == specs
+    assert tree.get(got, "nu") == specs
+    assert tree.get(got, "0/count") is None and tree.get(got, "1/count") is None
+    assert optax.tree.get(want[0], "count") is None
+    # An init function works as the initable too, and other parts are kept by default.
+    doubled = tree.map_params(ours_tx.init, lambda x: 2 * x + 1, ours)
+    _close(tree.get(doubled, "mu"), tree.full_like(params, 1.0))
+    assert tree.get(doubled, "0/count") is tree.get(ours, "0/count")
+
+
+def test_existing_names_still_resolve_before_class_names():
+    state = _Inner(mu={"mu": jnp.ones(1)}, note=jnp.zeros(()))
+    assert tree.get(state, "mu") is state.mu  # the field, outermost
+    assert tree.get(state, "_Inner") is state
+    assert tree.get(state, "_Inner/note") is state.note
+    assert tree.paths(state) == ["mu/mu", "note"]

@@ -31,6 +31,31 @@ def loss_fn(params: Any) -> jax.Array:
     return total
 
 
+def _body(tx: Any, extra: Any, batch_axis: bool) -> Any:
+    """One step on `loss_fn`: (params, state) -> ((params, state), updates)."""
+    extra = dict(extra or {})
+
+    def body(carry, _):
+        p, s = carry
+        value, grads = jax.value_and_grad(loss_fn)(p)
+        if batch_axis:  # per-example gradients: a batch of one
+            grads = jax.tree.map(lambda g: g[None], grads)
+        kwargs = {"value": value, **extra}
+        if "obj_fn" in kwargs:
+            kwargs["obj_fn"] = loss_fn
+        u, s = tx.update(grads, s, p, **kwargs)
+        p = jax.tree.map(lambda a, b: a + b, p, u)
+        return (p, s), u
+
+    return body
+
+
+def _trajectory(tx: Any, params: Any, steps: int, extra: Any, batch_axis: bool) -> Any:
+    body = _body(tx, extra, batch_axis)
+    _, us = jax.lax.scan(body, (params, tx.init(params)), None, length=steps)
+    return us
+
+
 def run_pair(
     tx_a: Any,
     tx_b: Any,
@@ -45,22 +70,29 @@ def run_pair(
     Each follows its own trajectory (params updated by its own updates); returns the stacked
     updates of each, shape [steps, ...] per leaf.
     """
-    extra = dict(extra or {})
+    return jax.jit(
+        lambda: (
+            _trajectory(tx_a, params, steps, extra, batch_axis),
+            _trajectory(tx_b, params, steps, extra, batch_axis),
+        )
+    )()
 
-    def trajectory(tx):
-        def body(carry, _):
-            p, s = carry
-            value, grads = jax.value_and_grad(loss_fn)(p)
-            if batch_axis:  # per-example gradients: a batch of one
-                grads = jax.tree.map(lambda g: g[None], grads)
-            kwargs = {"value": value, **extra}
-            if "obj_fn" in kwargs:
-                kwargs["obj_fn"] = loss_fn
-            u, s = tx.update(grads, s, p, **kwargs)
-            p = jax.tree.map(lambda a, b: a + b, p, u)
-            return (p, s), u
 
-        _, us = jax.lax.scan(body, (params, tx.init(params)), None, length=steps)
-        return us
+def lowered_trajectory(
+    tx: Any, params: Any, *, steps: int = STEPS, extra: Any = None, batch_axis: bool = False
+) -> str:
+    """The StableHLO text of `steps` steps of `tx` on the loss (traced, not compiled): two
+    transformations with equal text compute the same numbers."""
+    return jax.jit(lambda p: _trajectory(tx, p, steps, extra, batch_axis)).lower(params).as_text()
 
-    return jax.jit(lambda: (trajectory(tx_a), trajectory(tx_b)))()
+
+def eager_steps(
+    tx: Any, params: Any, *, steps: int = 3, extra: Any = None, batch_axis: bool = False
+) -> list:
+    """The updates of `steps` eager steps of `tx` on the loss (no compilation of the step)."""
+    body = _body(tx, extra, batch_axis)
+    carry, out = (params, tx.init(params)), []
+    for _ in range(steps):
+        carry, updates = body(carry, None)
+        out.append(updates)
+    return out

@@ -1,6 +1,8 @@
-"""Every registered optimizer built from a config equals the one built in Python (issue 12).
+"""Every registered optimizer built from a config equals the one built in Python.
 
-Over 50 steps on a small quadratic, to 1e-7, each pair in one jit. The registry is filled by
+Both sides' 50 steps on a small quadratic lower to the same program (StableHLO text, traced, not
+compiled: equal programs compute equal numbers), and three eager steps of the config-built
+optimizer move the params (so the comparison is not vacuous). The registry is filled by
 discovery, so optimizers added to gradtx later are covered without editing this file; one that
 needs arguments a config cannot give by default gets them in `SETUP` (a missing entry fails with
 the name and the missing argument).
@@ -18,7 +20,7 @@ import pytest
 import gradtx
 from gradtx import config as gc
 
-from .common import run_pair, small_params
+from .common import eager_steps, lowered_trajectory, small_params
 
 
 def _squared_gradient() -> gradtx.GradientTransformation:
@@ -83,17 +85,6 @@ def _python_kwargs(hyper: dict[str, Any]) -> dict[str, Any]:
 NAMES = [n for n in gc.available() if not n.startswith(("test_", "my_"))]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _fast_compiles():
-    """Both sides compile with the same (reduced) XLA optimizations: ~20% less compile time."""
-    before = jax.config.read("jax_disable_most_optimizations")
-    jax.config.update("jax_disable_most_optimizations", True)
-    yield
-    # back to what this worker had (conftest's setting), not to XLA's default: the rest of the
-    # worker's tests must compile as they would without this module
-    jax.config.update("jax_disable_most_optimizations", before)
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_config_equals_python(name):
     hyper, extra, batch = SETUP.get(name, (None, {}, False))
@@ -102,11 +93,14 @@ def test_config_equals_python(name):
     from_cfg = gc.from_config({"optimizer": {"name": name, **hyper}})
     by_hand = gc.get_optimizer(name)(**_python_kwargs(hyper))
     assert isinstance(from_cfg, gradtx.GradientTransformation)
-    ours, ref = run_pair(from_cfg, by_hand, small_params(), extra=extra, batch_axis=batch)
-    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(ref), strict=True):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-7, atol=1e-7, err_msg=name)
-        assert np.all(np.isfinite(np.asarray(a))), name
-    moved = sum(float(np.abs(np.asarray(a)).sum()) for a in jax.tree.leaves(ours))
+    params = small_params()
+    ours = lowered_trajectory(from_cfg, params, extra=extra, batch_axis=batch)
+    ref = lowered_trajectory(by_hand, params, extra=extra, batch_axis=batch)
+    assert ours == ref, f"{name}: the config-built optimizer compiles to another program"
+    updates = eager_steps(from_cfg, params, extra=extra, batch_axis=batch)
+    for u in jax.tree.leaves(updates):
+        assert np.all(np.isfinite(np.asarray(u))), name
+    moved = sum(float(np.abs(np.asarray(u)).sum()) for u in jax.tree.leaves(updates))
     assert moved > 0, f"{name}: no updates, the comparison would be vacuous"
 
 

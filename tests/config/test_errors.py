@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -12,6 +13,10 @@ from hypothesis import strategies as st
 
 import gradtx
 from gradtx import config as gc
+from gradtx.nnabla import from_nnabla
+from gradtx.returnn import from_returnn
+
+from .shared import LINEAR, SGD, config_error
 
 ADAM = {"name": "adam", "learning_rate": 1e-3}
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "config.md"
@@ -448,3 +453,99 @@ def test_generated_dialect_configs_raise_only_config_errors(nnabla_cfg, returnn_
         except gc.ConfigError:
             continue
         assert isinstance(tx, gradtx.GradientTransformation)
+
+
+# --------------------------------------------------------------------------------------------
+# non-finite numbers, in every format and dialect
+# --------------------------------------------------------------------------------------------
+
+NONFINITE = [
+    (
+        "lr-inf",
+        lambda: gc.from_config({"optimizer": {**SGD, "learning_rate": math.inf}}),
+        "optimizer.learning_rate",
+    ),
+    (
+        "lr-nan",
+        lambda: gc.from_config({"optimizer": {**SGD, "learning_rate": math.nan}}),
+        "optimizer.learning_rate",
+    ),
+    (
+        "lr-yaml-inf",
+        lambda: gc.from_config("optimizer: {name: sgd, learning_rate: .inf}"),
+        "optimizer.learning_rate",
+    ),
+    (
+        "lr-string-inf",
+        lambda: gc.from_config({"optimizer": {**SGD, "learning_rate": "inf"}}),
+        "optimizer.learning_rate",
+    ),
+    (
+        "lr-string-1e999",
+        lambda: gc.from_config("optimizer: {name: sgd, learning_rate: 1e999}"),
+        "optimizer.learning_rate",
+    ),
+    (
+        "lr-json-Infinity",
+        lambda: gc.from_config('{"optimizer": {"name": "sgd", "learning_rate": Infinity}}'),
+        "optimizer.learning_rate",
+    ),
+    (
+        "adamw-weight_decay-nan",
+        lambda: gc.from_config(
+            {"optimizer": {"name": "adamw", "learning_rate": 0.1, "weight_decay": math.nan}}
+        ),
+        "optimizer.weight_decay",
+    ),
+    (
+        "weight_decay-section-inf",
+        lambda: gc.from_config(
+            {"optimizer": SGD, "weight_decay": {"rate": math.inf, "mode": "coupled"}}
+        ),
+        "weight_decay.rate",
+    ),
+    (
+        "schedule-value-inf",
+        lambda: gc.from_config(
+            {
+                "optimizer": {
+                    "name": "sgd",
+                    "learning_rate": {**LINEAR, "end_value": -math.inf, "transition_steps": 5},
+                }
+            }
+        ),
+        "optimizer.learning_rate.end_value",
+    ),
+    (
+        "nnabla-alpha-inf",
+        lambda: from_nnabla({"solver": {"type": "Adam", "adam_param": {"alpha": math.inf}}}),
+        "solver.adam_param.alpha",
+    ),
+    (
+        "nntxt-lr-1e999",
+        lambda: from_nnabla('solver {\n  type: "Sgd"\n  sgd_param { lr: 1e999 }\n}\n'),
+        "solver.sgd_param.lr",
+    ),
+    (
+        "nntxt-lr-nan",
+        lambda: from_nnabla('solver { type: "Sgd" sgd_param { lr: nan } }'),
+        "solver.sgd_param.lr",
+    ),
+    (
+        "returnn-lr-inf",
+        lambda: from_returnn({"optimizer": "adam", "learning_rate": math.inf}),
+        "learning_rate",
+    ),
+    (
+        "returnn-clip-nan",
+        lambda: from_returnn({"optimizer": "adam", "gradient_clip_global_norm": math.nan}),
+        "gradient_clip_global_norm",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "call", "path"), NONFINITE, ids=[c[0] for c in NONFINITE])
+def test_non_finite_numbers_are_refused_naming_the_field(case, call, path):
+    err = config_error(call)
+    assert err.path == path, err
+    assert "must be a finite number" in err.message

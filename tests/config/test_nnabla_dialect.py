@@ -14,6 +14,7 @@ from gradtx import config as gc
 from gradtx.nnabla import from_nnabla
 
 from .common import run_pair, small_params
+from .shared import config_error
 
 STEPS = np.array([0, 1, 2, 3, 7, 8, 9, 10, 24, 25, 39, 40, 41, 63, 64, 99, 100, 150, 199])
 
@@ -312,3 +313,14 @@ def test_to_config_gives_the_gradtx_config_and_rebuilds_it():
     ours, ref = run_pair(tx, gc.from_config(cfg), small_params())
     for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(ref), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("value", [5, "text", None, 1.5])
+def test_an_nnabla_optimizer_field_that_is_no_message_is_a_config_error(value):
+    err = config_error(from_nnabla, {"optimizer": value})
+    assert err.path == "optimizer" or "optimizer" in str(err)
+
+
+def test_an_nnabla_optimizer_field_may_be_one_message():
+    tx = from_nnabla({"optimizer": {"name": "o", "solver": {"type": "Sgd"}}})
+    assert tx.config["optimizer"]["name"] == "sgd"

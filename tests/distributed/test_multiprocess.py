@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.subprocess  # the second lane of `make test`
+
 EXAMPLE = Path(__file__).parents[2] / "examples" / "multihost_data_parallel.py"
 
 

@@ -22,6 +22,9 @@ from ..helpers import assert_trees_close, random_like
 from ..optimizer_table import CASES, OptCase
 from ._meshes import host_params, mesh_4x2, param_shardings
 
+# one program for the whole table: every case's test on one xdist worker, which compiles it once
+pytestmark = pytest.mark.xdist_group("sharded-table")
+
 STEPS = 3
 VALUE = 1.0  # the `value=` extra argument, as in tests/test_generic.py
 

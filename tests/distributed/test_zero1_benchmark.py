@@ -3,9 +3,12 @@ asserted; benchmarks/README.md has the measured table)."""
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks.zero1 import collectives_with_bytes, markdown, measure
 
 
+@pytest.mark.subprocess
 def test_quick_zero1_benchmark_reports_memory_and_collectives():
     res = measure(quick=True, rounds=1)
     rep, zero = res["layouts"]["replicated state"], res["layouts"]["ZeRO-1"]

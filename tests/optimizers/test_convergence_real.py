@@ -1,4 +1,5 @@
-"""Every Solvers II optimizer trains a logistic regression about as well as Adam.
+"""Every optimizer in `SOLVERS` (the bounded, Eve, normalized-SGD, RETURNN and NNabla families)
+trains a logistic regression about as well as Adam.
 
 The data are generated (512 points, 8 features, labels drawn from a known logistic model), the
 loss is the mean cross-entropy of the full batch, and each optimizer runs 300 steps in one jitted

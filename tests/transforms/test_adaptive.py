@@ -181,7 +181,7 @@ def test_mismatched_state_names_the_transformation_and_path():
         tx.update({"a": jnp.ones(2)}, state)
 
 
-# -- centered RMSprop: the variance is clamped at 0 (issue 10, defect 1) -----------------------
+# -- centered RMSprop: the variance is clamped at 0 --------------------------------------------
 
 CENTERED = [
     ("stddev", lambda: gradtx.scale_by_stddev()),
@@ -216,7 +216,7 @@ def test_centered_stays_finite_for_a_constant_gradient(name, make, dtype):
         assert bool(jnp.all(jnp.isfinite(jnp.asarray(leaf, jnp.float32))))
 
 
-def test_optax_bias_corrected_centered_rmsprop_is_the_defect_we_reject():
+def test_optax_bias_corrected_centered_rmsprop_gives_huge_then_nan_updates():
     # Why bias_correction=True is refused: Optax's v_hat - m_hat^2 is exactly 0 at the first
     # step and rounds below 0 later, so its updates are huge and then NaN.
     g = {"w": jnp.asarray(np.linspace(-3.0, 3.0, 1000), jnp.float32)}

@@ -1,6 +1,11 @@
-"""Clipping by value, per-leaf norm, global norm, block RMS and unit-wise (AGC)."""
+"""Clipping by value, per-leaf norm, global norm, block RMS and unit-wise (AGC), and the
+unit-wise helpers `unitwise_norm` / `unitwise_clip` against Optax; clipping thresholds: an
+infinite one leaves the updates unchanged (even when the norm overflows), a finite one still
+clips, and a NaN norm stays NaN."""
 
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
@@ -9,9 +14,11 @@ import optax
 import pytest
 
 import gradtx
+from gradtx import transforms
 
 from ..helpers import compare_to_numpy, grad_sequence, mixed_params
 from ..optax_reference import compare_to_optax, with_modes
+from .common import ATOL, RTOL
 
 # The gradients of mixed_params (39 elements, standard normal) have a global norm near 6 and
 # leaf RMS near 1: these thresholds clip on some steps and leaves and not on others.
@@ -174,3 +181,101 @@ def test_traced_thresholds_are_accepted():
 
     for a, b in zip(jax.tree.leaves(jax.jit(step)(0.7)), jax.tree.leaves(step(0.7)), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+# -- unitwise_norm / unitwise_clip -------------------------------------------------------------
+
+
+_UNIT_CASES = [
+    ((), None),
+    ((5,), None),
+    ((1, 4), None),
+    ((3, 4), None),
+    ((2, 3, 4), None),
+    ((2, 2, 3, 4), None),
+    ((2, 1, 2, 3, 2), None),
+    ((3, 4), 1),
+    ((2, 3, 4), (1, 2)),
+]
+
+
+def test_unitwise_norm_matches_optax():
+    rng = np.random.default_rng(0)
+    xs = [jnp.asarray(rng.normal(size=shape), jnp.float32) for shape, _ in _UNIT_CASES]
+    axes = [axis for _, axis in _UNIT_CASES]
+    norms = lambda fn: jax.jit(lambda xs: [fn(x, axis=a) for x, a in zip(xs, axes, strict=True)])
+    got, expected = norms(transforms.unitwise_norm)(xs), norms(optax.transforms.unitwise_norm)(xs)
+    for x, g, e in zip(xs, got, expected, strict=True):
+        assert g.shape == x.shape and g.dtype == jnp.float32
+        np.testing.assert_allclose(g, e, rtol=RTOL, atol=ATOL)
+
+
+def test_unitwise_norm_keeps_dtype_and_rejects_unknown_ranks():
+    x = jnp.full((4, 3), 300.0, jnp.bfloat16)  # the squares' sum overflows nothing in float32
+    got = transforms.unitwise_norm(x)
+    assert got.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(got, np.float32), 600.0, rtol=1e-2)
+    with pytest.raises(ValueError, match=r"unitwise_norm: .*shape \(1, 2, 1, 2, 1, 2\).*axis="):
+        transforms.unitwise_norm(jnp.ones((1, 2, 1, 2, 1, 2)))
+    # with axis= any rank works
+    assert transforms.unitwise_norm(jnp.ones((1, 2, 1, 2, 1, 2)), axis=5).shape == (1, 2) * 3
+
+
+def test_unitwise_clip_matches_optax():
+    rng = np.random.default_rng(1)
+    for _ in range(4):
+        g = jnp.asarray(rng.normal(size=(3, 4)), jnp.float32)
+        g_norm = optax.transforms.unitwise_norm(g)
+        max_norm = jnp.asarray(rng.uniform(0.5, 2.5, size=(1, 4)).repeat(3, 0), jnp.float32)
+        got = transforms.unitwise_clip(g_norm, max_norm, g)
+        expected = optax.transforms.unitwise_clip(g_norm, max_norm, g)
+        np.testing.assert_allclose(got, expected, rtol=RTOL)
+        got = transforms.unitwise_clip(g_norm, max_norm, g, div_eps=1e-3)
+        expected = optax.transforms.unitwise_clip(g_norm, max_norm, g, div_eps=1e-3)
+        np.testing.assert_allclose(got, expected, rtol=RTOL)
+    # zero gradients stay zero (the floor of the divisor is never reached)
+    z = jnp.zeros(3)
+    np.testing.assert_array_equal(transforms.unitwise_clip(z, z, z), z)
+
+
+def test_unitwise_clip_errors():
+    with pytest.raises(ValueError, match=r"unitwise_clip: .*same shape.*\(3,\).*\(2,\)"):
+        transforms.unitwise_clip(jnp.ones(3), jnp.ones(2), jnp.ones(3))
+    with pytest.raises(gradtx.HyperparameterError, match=r"unitwise_clip.*div_eps"):
+        transforms.unitwise_clip(jnp.ones(3), jnp.ones(3), jnp.ones(3), div_eps=0.0)
+
+
+# --------------------------------------------------------------------------------------------
+# clipping thresholds: infinite, finite, and a NaN norm
+# --------------------------------------------------------------------------------------------
+
+GRADS = {"a": jnp.array([3.0, -1e30]), "b": jnp.array([4.0]), "c": jnp.zeros((2, 2))}
+
+
+@pytest.mark.parametrize("name", ["clip_by_global_norm", "clip_by_norm"])
+def test_an_infinite_clipping_threshold_leaves_the_updates_unchanged(name):
+    """Even when the norm itself overflows to inf (the 1e30 leaf): inf / inf would be NaN."""
+    tx = getattr(gradtx, name)(math.inf)
+    out, _ = tx.update(GRADS, tx.init(GRADS))
+    for key in GRADS:
+        np.testing.assert_array_equal(out[key], GRADS[key])
+
+
+def test_an_infinite_global_norm_threshold_matches_optax_on_ordinary_gradients():
+    grads = {"a": jnp.array([3.0, -2.0]), "b": jnp.array([4.0])}
+    tx = gradtx.clip_by_global_norm(math.inf)
+    out, _ = tx.update(grads, tx.init(grads))
+    reference, _ = optax.clip_by_global_norm(math.inf).update(grads, optax.EmptyState())
+    for key in grads:
+        np.testing.assert_array_equal(out[key], reference[key])
+
+
+@pytest.mark.parametrize("name", ["clip_by_global_norm", "clip_by_norm"])
+def test_a_finite_threshold_still_clips_and_a_nan_norm_stays_nan(name):
+    tx = getattr(gradtx, name)(1.0)
+    grads = {"a": jnp.array([3.0, 4.0])}
+    out, _ = tx.update(grads, tx.init(grads))
+    np.testing.assert_allclose(out["a"], [0.6, 0.8], rtol=1e-6)
+    nan = {"a": jnp.array([jnp.nan, 1.0])}
+    out, _ = tx.update(nan, tx.init(nan))
+    assert bool(jnp.isnan(out["a"]).all())

@@ -1,4 +1,5 @@
-"""Annealed gradient noise (`add_noise`) and gradient centralization (`centralize`)."""
+"""Annealed gradient noise (`add_noise`) and gradient centralization (`centralize`); the
+`noisy_sgd` alias (SGD with `add_noise`) against Optax 0.2.8."""
 
 from __future__ import annotations
 
@@ -12,8 +13,16 @@ import pytest
 
 import gradtx
 
-from ..helpers import grad_sequence, run
+from ..helpers import assert_trees_close, grad_sequence, mixed_params, run
 from ..optax_reference import compare_to_optax, with_modes
+from .common import (
+    LR,
+    assert_raises_with_message,
+    assert_signature_is_optaxs,
+    check_matches_optax,
+    first_update,
+    invalid_ids,
+)
 
 MATCHES_OPTAX = [
     # The same random stream as Optax's from the same seed (the other key forms are checked
@@ -164,3 +173,52 @@ def test_centralize_subtracts_the_mean_over_all_but_the_first_axis():
     np.testing.assert_array_equal(np.asarray(out["matrix"], np.float32), [[-2, -1, 3], [0, 0, 0]])
     np.testing.assert_array_equal(out["vector"], g["vector"])
     np.testing.assert_array_equal(out["scalar"], g["scalar"])
+
+
+# -- noisy_sgd --------------------------------------------------------------------------------
+
+# (id, ours, Optax's, params or None for the mixed default)
+NOISY_SGD_MATCHES_OPTAX = [
+    (
+        "noisy_sgd_schedule",
+        lambda: gradtx.noisy_sgd(LR, eta=0.1, key=3),
+        lambda: optax.noisy_sgd(LR, eta=0.1, key=3),
+        None,
+    ),
+]
+_NOISY_SGD_EAGER = {"noisy_sgd_schedule"}
+
+
+@pytest.mark.parametrize(
+    ("name", "ours", "reference", "params", "jit"),
+    with_modes(NOISY_SGD_MATCHES_OPTAX, eager=_NOISY_SGD_EAGER),
+)
+def test_noisy_sgd_matches_optax(name, ours, reference, params, jit):
+    check_matches_optax(__name__, name, ours, reference, params, jit)
+
+
+@pytest.mark.parametrize("name", ["noisy_sgd"])
+def test_signature_is_optaxs(name):
+    assert_signature_is_optaxs(name)
+
+
+def test_noisy_sgd_is_reproducible_from_its_key_or_seed():
+    params = mixed_params()
+    a = first_update(gradtx.noisy_sgd(0.1, key=5), params)
+    assert_trees_close(a, first_update(gradtx.noisy_sgd(0.1, key=5), params), 0.0, 0.0)
+    assert_trees_close(a, first_update(gradtx.noisy_sgd(0.1, seed=5), params), 0.0, 0.0)
+    typed = first_update(gradtx.noisy_sgd(0.1, key=jax.random.key(5)), params)
+    assert_trees_close(a, typed, 0.0, 0.0)
+    other = first_update(gradtx.noisy_sgd(0.1, key=6), params)
+    assert not np.allclose(np.asarray(a["dense"]["kernel"]), np.asarray(other["dense"]["kernel"]))
+
+
+INVALID = [
+    (lambda: gradtx.noisy_sgd(0.1, eta=-1.0), "noisy_sgd: add_noise: eta must be >= 0, got -1.0"),
+    (lambda: gradtx.noisy_sgd(0.1, key=1, seed=2), "noisy_sgd: add_noise: give either seed or key"),
+]
+
+
+@pytest.mark.parametrize(("build", "message"), INVALID, ids=invalid_ids(INVALID))
+def test_invalid_hyperparameters_raise_at_construction(build, message):
+    assert_raises_with_message(build, message)

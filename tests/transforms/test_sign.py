@@ -1,4 +1,5 @@
-"""`scale_by_sign` and `scale_by_lion` against Optax, plus validation and traced values."""
+"""`scale_by_sign` and `scale_by_lion` against Optax, plus validation and traced values; the
+`signum` alias (sign of a momentum, via `scale_by_lion`) against Optax 0.2.8."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ import pytest
 import gradtx
 
 from ..helpers import grad_sequence, mixed_params
-from ..optax_reference import compare_to_optax
+from ..optax_reference import compare_to_optax, with_modes
+from .common import (
+    LR,
+    assert_raises_with_message,
+    assert_signature_is_optaxs,
+    check_matches_optax,
+    invalid_ids,
+)
 
 MATCHES_OPTAX = [
     ("sign", lambda: gradtx.scale_by_sign(), lambda: optax.scale_by_sign(), (False, True)),
@@ -109,3 +117,45 @@ def test_lion_keeps_dtypes():
     assert {u.dtype for u in jax.tree.leaves(updates)} == {jnp.dtype(jnp.bfloat16)}
     assert {m.dtype for m in jax.tree.leaves(state.mu)} == {jnp.dtype(jnp.float32)}
     assert state.count.dtype == jnp.int32
+
+
+# -- signum -----------------------------------------------------------------------------------
+
+# (id, ours, Optax's, params or None for the mixed default)
+SIGNUM_MATCHES_OPTAX = [
+    ("signum_schedule", lambda: gradtx.signum(LR), lambda: optax.signum(LR), None),
+    (
+        "signum_bf16_accumulator",
+        lambda: gradtx.signum(0.1, beta=0.5, accumulator_dtype=jnp.bfloat16),
+        lambda: optax.signum(0.1, beta=0.5, accumulator_dtype=jnp.bfloat16),
+        None,
+    ),
+]
+# One configuration runs eagerly; the other under jit.
+_SIGNUM_EAGER = {"signum_schedule"}
+
+
+@pytest.mark.parametrize(
+    ("name", "ours", "reference", "params", "jit"),
+    with_modes(SIGNUM_MATCHES_OPTAX, eager=_SIGNUM_EAGER),
+)
+def test_signum_matches_optax(name, ours, reference, params, jit):
+    check_matches_optax(__name__, name, ours, reference, params, jit)
+
+
+@pytest.mark.parametrize("name", ["signum"])
+def test_signature_is_optaxs(name):
+    assert_signature_is_optaxs(name)
+
+
+INVALID = [
+    (
+        lambda: gradtx.signum(0.1, beta=1.0),
+        "signum: beta must be in [0.0, 1.0), got 1.0 (from scale_by_lion: b1 must be in",
+    ),
+]
+
+
+@pytest.mark.parametrize(("build", "message"), INVALID, ids=invalid_ids(INVALID))
+def test_invalid_hyperparameters_raise_at_construction(build, message):
+    assert_raises_with_message(build, message)

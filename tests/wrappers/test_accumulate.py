@@ -1,6 +1,9 @@
-"""accumulate_k_steps: k micro-steps equal one inner step on the mean (or sum) of the gradients."""
+"""accumulate_k_steps: k micro-steps equal one inner step on the mean (or sum) of the gradients;
+MultiSteps (Optax's class) and MultiStepsState against the installed Optax."""
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -10,8 +13,10 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import gradtx
+from gradtx import wrappers as gw
 
 from ..helpers import assert_trees_close, grad_sequence, mixed_params, run
+from .common import adam_01, adam_moments, assert_close, normal_grads, small_tree
 
 K, N = 3, 12  # k micro-steps per inner step, n inner steps
 
@@ -53,7 +58,7 @@ def test_matches_optax_multisteps():
 
 
 def test_k1_wraps_the_inner_transformation_with_the_same_state_layout():
-    # k = 1 used to return `tx` itself, so changing k changed the state tree (issue 10, defect 5)
+    # k = 1 wraps `tx` too (returning `tx` itself would make the state tree depend on k)
     tx = _adam()
     params = mixed_params()
     one, four = gradtx.accumulate_k_steps(tx, 1), gradtx.accumulate_k_steps(tx, 4)
@@ -226,3 +231,185 @@ def test_should_skip_update_fn_is_checked():
     )
     with pytest.raises(ValueError, match="skip a boolean scalar, got skip of shape"):
         tx.update(params, tx.init(params), params)
+
+
+# --------------------------------------------------------------------------------------------
+# MultiSteps (Optax's class) and MultiStepsState, against the installed Optax
+# --------------------------------------------------------------------------------------------
+
+
+def _run_multisteps(ours, theirs, grads, params, jit, extra_check=None):
+    """Step both MultiSteps on `grads`; compare updates, every state field and has_updated.
+    Optax's runs jitted (eagerly its `lax.cond` compiles at every step); ours as `jit` says."""
+    s_ours, s_ref = ours.init(params), theirs.init(params)
+    up_ours, up_ref = ours.update, jax.jit(theirs.update)
+    if jit:
+        up_ours = jax.jit(up_ours)
+    p_ours = p_ref = params
+    for i, g in enumerate(grads):
+        u, s_ours = up_ours(g, s_ours, p_ours)
+        v, s_ref = up_ref(g, s_ref, p_ref)
+        msg = f"step {i}"
+        assert_close(u, v, msg)
+        assert int(s_ours.mini_step) == int(s_ref.mini_step), msg
+        assert int(s_ours.gradient_step) == int(s_ref.gradient_step), msg
+        assert_close(s_ours.acc_grads, s_ref.acc_grads, msg)
+        assert_close(adam_moments(s_ours.inner_opt_state), adam_moments(s_ref.inner_opt_state), msg)
+        assert_close(s_ours.skip_state, s_ref.skip_state, msg)
+        assert bool(ours.has_updated(s_ours)) == bool(theirs.has_updated(s_ref)), msg
+        if extra_check is not None:
+            extra_check(i, u, s_ours)
+        p_ours, p_ref = optax.apply_updates(p_ours, u), optax.apply_updates(p_ref, v)
+    assert_close(p_ours, p_ref, "final params")
+    return s_ours
+
+
+@pytest.mark.parametrize(
+    ("use_grad_mean", "jit", "lib"),
+    [(True, True, "adam"), (False, True, "adam"), (True, False, "sgd")],
+    ids=["mean-jit", "sum-jit", "mean-eager"],
+)
+def test_multisteps_matches_optax(use_grad_mean, jit, lib):
+    params = small_tree()
+    inner = {"adam": adam_01, "sgd": lambda m: m.sgd(0.1, momentum=0.9)}[lib]
+    ours = gw.MultiSteps(inner(gradtx), 3, use_grad_mean=use_grad_mean)
+    theirs = optax.MultiSteps(inner(optax), 3, use_grad_mean=use_grad_mean)
+    state = _run_multisteps(ours, theirs, normal_grads(params, 7), params, jit)
+    assert type(state) is gw.MultiStepsState
+    assert int(state.gradient_step) == 2 and int(state.mini_step) == 1
+
+
+def test_multisteps_state_layout_and_attributes():
+    assert gw.MultiStepsState._fields == optax.MultiStepsState._fields
+    assert gw.MultiStepsState._field_defaults == {"skip_state": ()}
+    inner = adam_01(gradtx)
+    ms = gw.MultiSteps(inner, every_k_schedule=2)
+    assert ms.inner_opt is inner
+    state = ms.init(small_tree())
+    ref = optax.MultiSteps(adam_01(optax), 2).init(small_tree())
+    assert jax.tree.structure(state.acc_grads) == jax.tree.structure(ref.acc_grads)
+    assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(state.acc_grads))
+    assert state.mini_step.dtype == state.gradient_step.dtype == jnp.int32
+    assert not bool(ms.has_updated(state))
+    # the transformation form, alone and inside both chains
+    tx = ms.gradient_transformation()
+    assert isinstance(tx, gradtx.GradientTransformation)
+    params, grads = small_tree(), normal_grads(small_tree(), 2)
+    ms = gw.MultiSteps(gradtx.sgd(0.1), every_k_schedule=2)
+    for chained in (gradtx.chain(ms), optax.chain(ms.gradient_transformation())):
+        s = chained.init(params)
+        for g in grads:
+            u, s = chained.update(g, s, params)
+        want = jax.tree.map(lambda a, b: -0.1 * (a + b) / 2, *grads)
+        assert_close(u, want)
+
+
+def test_multisteps_with_a_schedule_of_k_under_jit():
+    params = small_tree()
+    k = lambda step: jnp.where(step < 2, 1, 3)  # batch size grows after 2 steps
+    ours = gw.MultiSteps(adam_01(gradtx), k)
+    theirs = optax.MultiSteps(adam_01(optax), k)
+    state = _run_multisteps(ours, theirs, normal_grads(params, 8, seed=3), params, jit=True)
+    assert int(state.gradient_step) == 4
+
+
+def test_multisteps_skip_not_finite_matches_optax_and_drops_the_micro_step():
+    params = small_tree()
+    grads = normal_grads(params, 7, seed=4)
+    grads[1] = jax.tree.map(lambda g: g.at[..., 0].set(jnp.nan), grads[1])
+    grads[4]["b"]["c"] = grads[4]["b"]["c"].at[1].set(jnp.inf)
+    ours = gw.MultiSteps(adam_01(gradtx), 2, should_skip_update_fn=gradtx.skip_not_finite)
+    theirs = optax.MultiSteps(adam_01(optax), 2, should_skip_update_fn=optax.skip_not_finite)
+
+    def check(i, u, s):
+        if i in (1, 4):
+            assert bool(s.skip_state["should_skip"])
+            assert all(np.all(np.asarray(x) == 0) for x in jax.tree.leaves(u))
+        assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree.leaves(u))
+
+    state = _run_multisteps(ours, theirs, grads, params, jit=True, extra_check=check)
+    assert int(state.skip_state["num_not_finite"]) == 0
+    assert int(state.gradient_step) == 2 and int(state.mini_step) == 1  # 5 micro-steps kept
+
+
+def test_multisteps_skip_large_updates_under_jit():
+    params = small_tree()
+    grads = normal_grads(params, 6, seed=5, scale=1.0)
+    grads[2] = jax.tree.map(lambda g: 100.0 * g, grads[2])
+    ours = gw.MultiSteps(
+        gradtx.sgd(0.1),
+        2,
+        should_skip_update_fn=functools.partial(gradtx.skip_large_updates, max_squared_norm=50.0),
+    )
+    theirs = optax.MultiSteps(
+        optax.sgd(0.1),
+        2,
+        should_skip_update_fn=functools.partial(optax.skip_large_updates, max_squared_norm=50.0),
+    )
+    _run_multisteps(ours, theirs, grads, params, jit=True)
+
+
+def test_multisteps_bf16_gradients_keep_their_dtype_with_a_float32_accumulator():
+    params = jax.tree.map(lambda p: p.astype(jnp.bfloat16), small_tree())
+    grads = normal_grads(params, 4, seed=6)
+    ours = gw.MultiSteps(gradtx.sgd(1.0), 2)
+    theirs = optax.MultiSteps(optax.sgd(1.0), 2)
+    state = _run_multisteps(ours, theirs, grads, params, jit=True)
+    assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(state.acc_grads))
+    u, _ = ours.update(grads[0], ours.init(params), params)
+    assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(u))
+    none = gw.MultiSteps(gradtx.sgd(1.0), 2, accumulator_dtype=None).init(params)
+    assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(none.acc_grads))
+
+
+def test_multisteps_state_is_stable_through_scan_and_inits_from_shapes():
+    params = small_tree()
+    ms = gw.MultiSteps(adam_01(gradtx), 2, should_skip_update_fn=gradtx.skip_not_finite)
+    shapes = jax.tree.map(lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype), params)
+    state = ms.init(shapes)
+    assert jax.tree.structure(state) == jax.tree.structure(ms.init(params))
+    grads = jax.tree.map(lambda *g: jnp.stack(g), *normal_grads(params, 4, seed=14))
+
+    def body(state, g):
+        u, state = ms.update(g, state, params)
+        return state, u
+
+    state, _ = jax.lax.scan(body, state, grads)
+    assert int(state.gradient_step) == 2 and bool(ms.has_updated(state))
+
+
+def test_multisteps_forwards_extra_args_on_the_emitting_micro_step():
+    seen = []
+
+    def inner_update(updates, state, params=None, *, value):
+        seen.append(float(value))
+        return updates, state
+
+    inner = gradtx.GradientTransformation(lambda p: gradtx.EmptyState(), inner_update)
+    ms = gw.MultiSteps(inner, 2)
+    params = small_tree()
+    state = ms.init(params)
+    for i, g in enumerate(normal_grads(params, 4)):
+        _, state = ms.update(g, state, params, value=jnp.asarray(float(i)))
+    assert seen == [1.0, 3.0]  # eagerly, only the emitting micro-steps run the inner update
+
+
+def test_multisteps_errors():
+    tx = gradtx.sgd(0.1)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="MultiSteps: every_k_schedule"):
+            gw.MultiSteps(tx, bad)
+    with pytest.raises(ValueError, match="MultiSteps: use_grad_mean"):
+        gw.MultiSteps(tx, 2, use_grad_mean="yes")
+    with pytest.raises(TypeError, match="MultiSteps: should_skip_update_fn"):
+        gw.MultiSteps(tx, 2, should_skip_update_fn=3)
+    with pytest.raises(TypeError, match="MultiSteps: opt"):
+        gw.MultiSteps(gradtx.sgd, 2)
+    with pytest.raises(ValueError, match="MultiSteps: accumulator_dtype"):
+        gw.MultiSteps(tx, 2, accumulator_dtype=jnp.int32)
+    params = small_tree()
+    ms = gw.MultiSteps(tx, 2, should_skip_update_fn=lambda u, s, p: (jnp.zeros(2, bool), ()))
+    with pytest.raises(ValueError, match="boolean scalar"):
+        ms.update(params, ms.init(params), params)
+    with pytest.raises(ValueError, match="MultiSteps: expected a MultiStepsState"):
+        gw.MultiSteps(tx, 2).update(params, gradtx.EmptyState(), params)

@@ -1,4 +1,5 @@
-"""ema_params and lookahead."""
+"""ema_params and lookahead (on plain params, and on Optax's LookaheadParams: fast and slow
+params, against the installed Optax)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import optax
 import pytest
 
 import gradtx
+from gradtx import wrappers as gw
 
 from ..helpers import assert_trees_close, grad_sequence, mixed_params
+from .common import adam_01, adam_moments, assert_close, normal_grads, small_tree
 
 
 @pytest.mark.parametrize("debias", [True, False])
@@ -82,3 +85,92 @@ def test_lookahead_abstract_init_and_validation():
         gradtx.lookahead(gradtx.sgd(0.1), 2, 1.5)
     with pytest.raises(ValueError, match=r"lookahead needs the current parameters"):
         tx.update(params, tx.init(params))
+
+
+# --------------------------------------------------------------------------------------------
+# lookahead: LookaheadParams (Optax's form) and plain params (gradtx's)
+# --------------------------------------------------------------------------------------------
+
+
+def test_lookahead_params_init_synced():
+    params = small_tree()
+    both = gw.LookaheadParams.init_synced(params)
+    assert both.fast is params and both.slow is params
+    assert gw.LookaheadParams._fields == optax.LookaheadParams._fields
+
+
+@pytest.mark.parametrize(
+    ("reset_state", "jit"), [(False, False), (True, True)], ids=["eager", "reset-jit"]
+)
+def test_lookahead_with_lookahead_params_matches_optax(reset_state, jit):
+    params = small_tree()
+    ours = gradtx.lookahead(adam_01(gradtx), 3, 0.4, reset_state=reset_state)
+    theirs = optax.lookahead(adam_01(optax), 3, 0.4, reset_state=reset_state)
+    p_ours = gw.LookaheadParams.init_synced(params)
+    p_ref = optax.LookaheadParams.init_synced(params)
+    s_ours, s_ref = ours.init(p_ours), theirs.init(p_ref)
+    assert s_ours.slow == ()  # no slow copy: it is in the params
+    up_ours, up_ref = ours.update, theirs.update
+    if jit:
+        up_ours, up_ref = jax.jit(up_ours), jax.jit(up_ref)
+    for i, g in enumerate(normal_grads(params, 8, seed=8)):
+        u, s_ours = up_ours(g, s_ours, p_ours)
+        v, s_ref = up_ref(g, s_ref, p_ref)
+        assert type(u) is gw.LookaheadParams
+        assert_close(u.fast, v.fast, f"fast, step {i}")
+        assert_close(u.slow, v.slow, f"slow, step {i}")
+        assert_close(
+            adam_moments(s_ours.fast_state), adam_moments(s_ref.fast_state), f"state, step {i}"
+        )
+        assert int(s_ours.steps_since_sync) == int(s_ref.steps_since_sync)
+        p_ours = gradtx.apply_updates(p_ours, u)
+        p_ref = optax.apply_updates(p_ref, v)
+        assert_close(p_ours.fast, p_ref.fast)
+        assert_close(p_ours.slow, p_ref.slow)
+        if i % 3 == 2:  # right after a sync fast and slow agree
+            assert_close(p_ours.fast, p_ours.slow)
+
+
+def test_lookahead_plain_params_track_optax_fast_and_slow():
+    params = small_tree()
+    ours = gradtx.lookahead(adam_01(gradtx), 2, 0.5)
+    theirs = optax.lookahead(adam_01(optax), 2, 0.5)
+    p_ours, p_ref = params, optax.LookaheadParams.init_synced(params)
+    s_ours, s_ref = ours.init(p_ours), theirs.init(p_ref)
+    for i, g in enumerate(normal_grads(params, 6, seed=9)):
+        u, s_ours = ours.update(g, s_ours, p_ours)
+        v, s_ref = theirs.update(g, s_ref, p_ref)
+        p_ours, p_ref = gradtx.apply_updates(p_ours, u), optax.apply_updates(p_ref, v)
+        assert_close(p_ours, p_ref.fast, f"fast, step {i}")
+        assert_close(s_ours.slow, p_ref.slow, f"slow, step {i}")
+        assert_close(adam_moments(s_ours.inner_state), adam_moments(s_ref.fast_state))
+
+
+def test_lookahead_state_from_plain_init_accepts_lookahead_params():
+    # Optax allows init on the fast params alone, then update on LookaheadParams
+    params = small_tree()
+    ours = gradtx.lookahead(gradtx.sgd(0.3), 2, 0.5)
+    theirs = optax.lookahead(optax.sgd(0.3), 2, 0.5)
+    s_ours, s_ref = ours.init(params), theirs.init(params)
+    p = gw.LookaheadParams.init_synced(params)
+    for g in normal_grads(params, 4, seed=10):
+        u, s_ours = ours.update(g, s_ours, p)
+        v, s_ref = theirs.update(g, s_ref, optax.LookaheadParams(*p))
+        assert_close(u, v)
+        p = gradtx.apply_updates(p, u)
+
+
+def test_lookahead_errors():
+    params = small_tree()
+    tx = gradtx.lookahead(gradtx.sgd(0.1), 2, 0.5)
+    state = tx.init(gw.LookaheadParams.init_synced(params))
+    with pytest.raises(ValueError, match="lookahead: the state was made by init on Lookahead"):
+        tx.update(params, state, params)
+    with pytest.raises(ValueError, match="lookahead"):
+        tx.update(params, state, None)
+    with pytest.raises(ValueError, match="lookahead: sync_period"):
+        gradtx.lookahead(gradtx.sgd(0.1), 0, 0.5)
+    with pytest.raises(ValueError, match="lookahead: reset_state"):
+        gradtx.lookahead(gradtx.sgd(0.1), 2, 0.5, reset_state=1)
+    with pytest.raises(ValueError, match="lookahead: expected a LookaheadState"):
+        tx.update(params, optax.lookahead(optax.sgd(0.1), 2, 0.5).init(params), params)

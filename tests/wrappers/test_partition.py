@@ -1,6 +1,11 @@
-"""multi_transform, masked, freeze, lr_multipliers, scale_gradient_by."""
+"""multi_transform, masked, freeze, lr_multipliers, scale_gradient_by; against Optax: single-array
+trees, 0-d boolean masks, callable pytree masks (an Equinox-like module), inner error types kept,
+the pruned state layout (`MaskedNode()` per pruned subtree), `map_params` through the wrappers, and
+Optax's state names (PartitionState, freeze's MaskedState, MaskedNode)."""
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -9,8 +14,11 @@ import optax
 import pytest
 
 import gradtx
+from gradtx import wrappers as gw
+from gradtx.wrappers._partition import MaskedNode
 
 from ..helpers import assert_trees_close, grad_sequence, mixed_params, run
+from .common import _grads, _steps, adam_01, assert_close, normal_grads, small_tree
 
 STEPS = 30
 
@@ -350,3 +358,319 @@ def test_masked_and_freeze_patterns_that_match_nothing():
         tx = make(False)  # the opt-out: nothing selected, nothing frozen
         u, _ = tx.update(params, tx.init(params), params)
         assert all(np.all(np.asarray(x) != 0.0) for x in jax.tree.leaves(u))
+
+
+# --------------------------------------------------------------------------------------------
+# single-array trees, inner error types, 0-d and callable pytree masks (against Optax)
+# --------------------------------------------------------------------------------------------
+
+
+# --- an empty partition of a single-array tree gets the (pruned) params, never None ----------
+
+
+@pytest.mark.parametrize("labels", ["a", lambda _: "a"], ids=["label", "function"])
+def test_single_array_multi_transform_with_weight_decay_in_both_partitions(labels):
+    params = jnp.linspace(-1.0, 1.0, 6).reshape(2, 3)
+    grads = _grads(params.shape)
+    ours = gradtx.multi_transform(
+        {"a": gradtx.adamw(1e-2, weight_decay=0.1), "b": gradtx.adamw(1e-3, weight_decay=0.5)},
+        labels,
+    )
+    ref = optax.multi_transform(
+        {"a": optax.adamw(1e-2, weight_decay=0.1), "b": optax.adamw(1e-3, weight_decay=0.5)},
+        labels,
+    )
+    for got, want in zip(_steps(ours, params, grads), _steps(ref, params, grads), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+def test_empty_partition_of_single_array_gets_masked_node_params():
+    seen = []
+
+    def update(updates, state, params=None):
+        seen.append(params)
+        return updates, state
+
+    spy = gradtx.GradientTransformation(lambda p: (), update)
+    tx = gradtx.multi_transform({"a": gradtx.sgd(0.1), "b": spy}, "a")
+    p = jnp.ones(3)
+    tx.update(p, tx.init(p), p)
+    assert seen == [MaskedNode()]
+    seen.clear()
+    tx.update(p, tx.init(p))  # no params given: None is passed on
+    assert seen == [None]
+
+
+@pytest.mark.parametrize("make", ["masked", "freeze", "lr_multipliers"])
+def test_single_array_unselected_by_masked_freeze_lr_multipliers(make):
+    p = jnp.ones(3)
+    inner = gradtx.adamw(1e-2, weight_decay=0.1)
+    tx = {
+        "masked": lambda: gradtx.masked(inner, False),
+        "freeze": lambda: gradtx.freeze(True, tx=inner),
+        "lr_multipliers": lambda: gradtx.lr_multipliers({"**": 0.0}, tx=inner),
+    }[make]()
+    u, _ = tx.update(p, tx.init(p), p)
+    np.testing.assert_array_equal(u, p if make == "masked" else jnp.zeros(3))
+
+
+# --- an inner ValueError subclass keeps its type ---------------------------------------------
+
+
+class MyError(ValueError):
+    pass
+
+
+def _raising(error):
+    def update(updates, state, params=None):
+        raise error
+
+    return gradtx.GradientTransformation(lambda p: (), update)
+
+
+@pytest.mark.parametrize("part", [gradtx.multi_transform, gradtx.partition])
+@pytest.mark.parametrize(
+    "error",
+    [MyError("boom"), MyError(), gradtx.HyperparameterError("inner", "rate", -1, ">= 0")],
+    ids=["subclass", "no-args", "hyperparameter"],
+)
+def test_inner_error_keeps_its_type(part, error):
+    params = ({"u": jnp.ones(1)}, {"v": jnp.ones(1)})
+    tx = part({"a": gradtx.sgd(0.1), "b": _raising(error)}, ("a", "b"))
+    with pytest.raises(type(error)) as info:
+        tx.update(params, tx.init(params), params)
+    assert type(info.value) is type(error)
+    assert "multi_transform['b']" in str(info.value)
+
+
+def test_error_from_labels_function_keeps_its_type():
+    def labels(_):
+        raise MyError("no labels")
+
+    tx = gradtx.partition({"a": gradtx.sgd(0.1)}, labels)
+    with pytest.raises(MyError, match=r"partition: .*no labels"):
+        tx.init({"w": jnp.ones(2)})
+
+
+# --- freeze broadcasts a 0-d boolean array mask ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "mask",
+    [jnp.array(True), np.array(True), np.bool_(True), True],
+    ids=["jnp", "np", "np_bool", "bool"],
+)
+@pytest.mark.parametrize("with_tx", [False, True])
+def test_freeze_broadcasts_a_0d_bool_mask(mask, with_tx):
+    params = {"a": jnp.ones(2), "b": {"c": jnp.ones(3)}}
+    tx = gradtx.freeze(mask, tx=gradtx.sgd(0.1) if with_tx else None)
+    u, _ = tx.update(params, tx.init(params), params)
+    ref = optax.freeze(mask)
+    want, _ = ref.update(params, ref.init(params), params)
+    jax.tree.map(np.testing.assert_array_equal, u, want)
+    jax.tree.map(lambda x: np.testing.assert_array_equal(x, 0.0), u)
+
+
+def test_0d_bool_array_in_a_prefix_mask():
+    params = {"a": jnp.ones(2), "b": {"c": jnp.ones(3), "d": jnp.ones(1)}}
+    tx = gradtx.masked(gradtx.scale(10.0), {"a": jnp.array(False), "b": np.array(True)})
+    u, _ = tx.update(params, tx.init(params))
+    np.testing.assert_array_equal(u["a"], jnp.ones(2))
+    np.testing.assert_array_equal(u["b"]["c"], 10 * jnp.ones(3))
+
+
+def test_non_bool_0d_array_mask_is_still_an_error():
+    params = {"a": jnp.ones(2)}
+    with pytest.raises(ValueError, match="freeze: "):
+        gradtx.freeze(jnp.array(1.0)).init(params)
+
+
+# --- a callable pytree mask is a tree (Optax issue #913) --------------------------------------
+
+
+@jax.tree_util.register_pytree_node_class
+class Module:
+    """An Equinox-like module: a registered pytree that is also callable."""
+
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+    def tree_flatten(self):
+        return (self.a, self.b), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(*children)
+
+    def __call__(self, x):
+        raise AssertionError("a mask tree must not be called")
+
+
+def test_callable_pytree_mask_is_a_tree():
+    params = Module(jnp.ones(2), {"w": jnp.ones(3)})
+    tx = gradtx.masked(gradtx.scale(10.0), Module(True, False))
+    u, _ = tx.update(params, tx.init(params), params)
+    np.testing.assert_array_equal(u.a, 10 * jnp.ones(2))
+    np.testing.assert_array_equal(u.b["w"], jnp.ones(3))
+    ref = optax.masked(optax.scale(10.0), Module(True, {"w": False}))
+    want, _ = ref.update(params, ref.init(params), params)
+    jax.tree.map(np.testing.assert_array_equal, u, want)
+
+
+def test_callable_pytree_freeze_mask_and_labels():
+    params = Module(jnp.ones(2), jnp.ones(3))
+    tx = gradtx.freeze(Module(False, True))
+    u, _ = tx.update(params, tx.init(params))
+    np.testing.assert_array_equal(u.a, jnp.ones(2))
+    np.testing.assert_array_equal(u.b, jnp.zeros(3))
+    for part in (gradtx.multi_transform, gradtx.partition):
+        tx = part({"s": gradtx.sgd(1.0), "z": gradtx.set_to_zero()}, Module("s", "z"))
+        u, _ = tx.update(params, tx.init(params))
+        np.testing.assert_array_equal(u.a, -jnp.ones(2))
+        np.testing.assert_array_equal(u.b, jnp.zeros(3))
+
+
+def test_plain_functions_and_partials_stay_mask_functions():
+    params = {"a": jnp.ones(2), "b": jnp.ones(3)}
+
+    def pick(tree, key):
+        return {k: k == key for k in tree}
+
+    for mask in (
+        lambda t: pick(t, "a"),
+        functools.partial(pick, key="a"),
+        jax.tree_util.Partial(pick, key="a"),
+    ):
+        tx = gradtx.masked(gradtx.scale(10.0), mask)
+        u, _ = tx.update(params, tx.init(params))
+        np.testing.assert_array_equal(u["a"], 10 * jnp.ones(2))
+        np.testing.assert_array_equal(u["b"], jnp.ones(3))
+
+
+def test_callable_pytree_not_shaped_like_params_is_called():
+    class Chooser(Module):
+        def __call__(self, tree):
+            return jax.tree.map(lambda _: True, tree)
+
+    jax.tree_util.register_pytree_node_class(Chooser)
+    params = {"a": jnp.ones(2), "b": jnp.ones(3)}
+    tx = gradtx.freeze(Chooser(1.0, 2.0))
+    u, _ = tx.update(params, tx.init(params))
+    jax.tree.map(lambda x: np.testing.assert_array_equal(x, 0.0), u)
+
+
+# --------------------------------------------------------------------------------------------
+# the pruned layout and map_params through masked / freeze / multi_transform
+# --------------------------------------------------------------------------------------------
+
+
+def _params():
+    return {
+        "a": [jnp.ones(1), (jnp.ones(2), jnp.ones(3))],
+        "b": {"c": jnp.ones(4), "d": jnp.ones(5)},
+    }
+
+
+def test_masked_state_layout_is_optax_with_masked_nodes_per_prefix():
+    mask = {"a": [True, (True, False)], "b": False}
+    ours = gradtx.masked(gradtx.trace(0.0), mask).init(_params())
+    theirs = optax.masked(optax.trace(0.0), mask).init(_params())
+    assert isinstance(ours.inner_state.trace["b"], gradtx.MaskedNode)
+    assert isinstance(ours.inner_state.trace["a"][1][1], gradtx.MaskedNode)
+    names = lambda t: str(jax.tree.structure(t)).replace("optax", "").replace("gradtx", "")
+    assert names(ours.inner_state.trace) == names(theirs.inner_state.trace)
+
+
+def test_masked_prefix_mask_updates_and_nested_masks():
+    params = {"a": jnp.ones(2), "b": {"f": jnp.ones(2)}, "c": {"d": jnp.ones(1), "e": jnp.ones(3)}}
+    mask = {"a": True, "b": False, "c": {"d": False, "e": True}}
+    tx = gradtx.masked(gradtx.sgd(1.0, momentum=0.0), mask)
+    state = jax.jit(tx.init)(params)
+    u, state = jax.jit(tx.update)(params, state, params)
+    np.testing.assert_allclose(u["a"], -1.0)
+    np.testing.assert_allclose(u["b"]["f"], 1.0)
+    np.testing.assert_allclose(u["c"]["e"], -1.0)
+    outer = gradtx.masked(tx, lambda p: jax.tree.map(lambda x: x.shape[0] > 1, p))
+    u, _ = outer.update(params, outer.init(params), params)
+    np.testing.assert_allclose(u["c"]["d"], 1.0)
+    np.testing.assert_allclose(u["a"], -1.0)
+
+
+def test_map_params_reaches_through_masked_freeze_and_multi_transform():
+    params = {"w": jnp.zeros((1, 2)), "b": jnp.zeros((3,))}
+    mask = {"w": True, "b": False}
+    for tx in (
+        gradtx.masked(gradtx.sgd(1.0, momentum=0.9), mask),
+        gradtx.freeze(mask, tx=gradtx.sgd(1.0, momentum=0.9)),
+        gradtx.freeze(mask),
+        gradtx.lr_multipliers({"b": 0.0}, tx=gradtx.sgd(1.0, momentum=0.9)),
+        gradtx.lr_multipliers({"b": 2.0}),
+        gradtx.multi_transform(
+            {"x": gradtx.sgd(1.0, momentum=0.9), "y": gradtx.adam(1.0)},
+            mask and {"w": "x", "b": "y"},
+        ),
+    ):
+        state = tx.init(params)
+        out = gradtx.tree.map_params(tx, lambda v: v + 1, state)
+        assert jax.tree.structure(out) == jax.tree.structure(state)
+    tx = gradtx.masked(gradtx.sgd(1.0, momentum=0.9), mask)
+    specs = gradtx.tree.map_params(
+        tx,
+        lambda p, axis: None if isinstance(p, gradtx.MaskedNode) else axis,
+        tx.init(params),
+        {"w": 1, "b": 2},
+        is_leaf=lambda v: isinstance(v, gradtx.MaskedNode),
+        transform_non_params=lambda _: None,
+    )
+    assert gradtx.tree.get(specs, "trace") == {"w": 1, "b": None}
+
+
+# --------------------------------------------------------------------------------------------
+# PartitionState, freeze's MaskedState, MaskedNode
+# --------------------------------------------------------------------------------------------
+
+
+def test_partition_state_is_optax_partition_state():
+    assert gw.PartitionState is gw.MultiTransformState
+    assert gw.PartitionState.__name__ == "PartitionState"
+    assert gw.PartitionState._fields == optax.PartitionState._fields
+    params = small_tree()
+    labels = {"w": "adam", "b": "sgd"}
+    ours = gradtx.partition({"adam": adam_01(gradtx), "sgd": gradtx.sgd(0.1)}, labels)
+    theirs = optax.partition({"adam": adam_01(optax), "sgd": optax.sgd(0.1)}, labels)
+    s, r = ours.init(params), theirs.init(params)
+    assert type(s) is gw.PartitionState and set(s.inner_states) == set(r.inner_states)
+    assert type(gradtx.multi_transform({"a": gradtx.sgd(1.0)}, "a").init(params)) is (
+        gw.PartitionState
+    )
+    for g in normal_grads(params, 3, seed=11):
+        u, s = ours.update(g, s, params)
+        v, r = theirs.update(g, r, params)
+        assert_close(u, v)
+
+
+@pytest.mark.parametrize("mask", [{"w": True, "b": False}, True, False], ids=str)
+def test_freeze_state_is_optax_masked_state(mask):
+    params = small_tree()
+    ours, theirs = gradtx.freeze(mask), optax.freeze(mask)
+    s, r = ours.init(params), theirs.init(params)
+    assert type(s) is gradtx.MaskedState and type(s.inner_state) is gradtx.EmptyState
+    assert type(r).__name__ == "MaskedState" and type(r.inner_state).__name__ == "EmptyState"
+    assert gradtx.MaskedState._fields == type(r)._fields
+    for g in normal_grads(params, 2, seed=12):
+        u, s = ours.update(g, s, params)
+        v, r = theirs.update(g, r, params)
+        jax.tree.map(np.testing.assert_array_equal, u, v)
+    assert type(s) is gradtx.MaskedState
+    # a state from before (EmptyState) still works: the state holds no buffers
+    u, legacy = ours.update(params, gradtx.EmptyState(), params)
+    assert legacy == gradtx.EmptyState()
+    jax.tree.map(np.testing.assert_array_equal, u, ours.update(params, s, params)[0])
+
+
+def test_masked_node_is_an_empty_tree_in_pruned_states():
+    assert jax.tree.leaves(gw.MaskedNode()) == []
+    assert type(optax.MaskedNode()).__name__ == gw.MaskedNode.__name__
+    state = gradtx.masked(gradtx.adam(0.1), False).init(jnp.ones(2))
+    nodes = jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, gw.MaskedNode))
+    assert any(isinstance(x, gw.MaskedNode) for x in nodes)

@@ -1,0 +1,234 @@
+"""The suite's shared compilation tier: what the optimizer table's checks compile, compiled once.
+
+Every case of the table (tests/optimizer_table.py) gets every generic check (tests/test_generic.py).
+Compiling is most of what those checks cost, so they draw on a few programs per case, built here
+on first use and cached for the session (xdist keeps a case's tests on one worker:
+`--dist loadgroup`, with the group set in tests/conftest.py):
+
+- `trajectory(case)`: the case's training step, `gradtx.jit_step(tx)` (the donating step users
+  run), on the canonical tree `mixed_params()`, run for `STEPS` steps; every step's params and
+  state are kept (host copies). Resume, no-retrace, injection and finiteness checks read it.
+- `injected(case)`: the same steps with `inject_hyperparams(factory)(**kwargs)`.
+- `numerics(case)`: the case's quadratic and Rosenbrock problems and its bf16 / f16 steps, in one
+  program (one program per case compiles faster than one for the whole table, with XLA's
+  optimizations on).
+
+Checks that need no numbers (state layout, scan stability, extra arguments, `jit_step` against
+the plain step) trace (`jax.eval_shape`, `jax.make_jaxpr`, `.lower`) and compile nothing. A new
+case in the table costs three compilations; tests/compile_counter.py reports them per case.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import gradtx
+
+from .helpers import grad_sequence, mixed_params
+from .optimizer_table import CASES, OptCase
+
+STEPS = 16  # the trajectory's length
+MIDPOINT = 8  # resume checks save here and continue to STEPS
+DTYPE_STEPS = 3
+
+BY_NAME: dict[str, OptCase] = {c.name: c for c in CASES}
+
+
+def host(tree: Any) -> Any:
+    """A host (NumPy) copy of every leaf: the tier keeps these, the step may donate the rest."""
+    return jax.tree.map(lambda x: np.array(x, copy=True), tree)
+
+
+def device(tree: Any) -> Any:
+    """Fresh device arrays (owned by XLA, so a donating step may reuse them) from host copies."""
+    return jax.tree.map(lambda x: jnp.array(x, copy=True), tree)
+
+
+def host_loss(params: Any) -> np.float32:
+    """The `value=` of each step: the squared norm of the params (computed on the host)."""
+    return np.float32(
+        sum(np.sum(np.square(np.asarray(x, np.float64))) for x in jax.tree.leaves(params))
+    )
+
+
+@functools.cache
+def canonical() -> tuple[Any, list]:
+    """The canonical tree (host copies) and the trajectory's gradients."""
+    params = mixed_params()
+    return host(params), [host(g) for g in grad_sequence(params, STEPS, scale=0.1)]
+
+
+def plain_step(tx: gradtx.GradientTransformation) -> Any:
+    """`jax.jit` of the step `jit_step` documents (same function name, so the same module name)."""
+
+    def apply_step(params: Any, state: Any, grads: Any, **extra_args: Any):
+        updates, state = tx.update(grads, state, params, **extra_args)
+        return gradtx.apply_updates(params, updates), state
+
+    return jax.jit(apply_step)
+
+
+_DONATION = re.compile(r"(tf\.aliasing_output = \d+ : i32|jax\.buffer_donor = true)(, )?")
+
+
+def without_donation(text: str) -> str:
+    """Lowered StableHLO text with the donation attributes (and the braces they leave) removed."""
+    text = _DONATION.sub("", text)
+    text = re.sub(r", \}", "}", text)
+    return re.sub(r"\s*\{\}", "", text)
+
+
+@dataclass
+class Trajectory:
+    """`STEPS` steps of `jit_step(tx)` from the canonical tree: params[i], states[i] after i
+    steps (host copies, i = 0..STEPS), values[i] the `value=` passed to step i + 1."""
+
+    step: Any
+    params: list
+    states: list
+    values: list
+
+    def cache_size(self) -> int:
+        return self.step.__wrapped__._cache_size()
+
+
+@functools.cache
+def trajectory(name: str) -> Trajectory:
+    tx = BY_NAME[name].make()
+    params0, grads = canonical()
+    step = gradtx.jit_step(tx)
+    p, s = device(params0), tx.init(device(params0))
+    params, states, values = [params0], [host(s)], []
+    for g in grads:
+        value = host_loss(params[-1])
+        p, s = step(p, s, device(g), value=value)
+        values.append(value)
+        params.append(host(p))
+        states.append(host(s))
+    return Trajectory(step, params, states, values)
+
+
+@functools.cache
+def injected(name: str) -> list:
+    """The params after each of the trajectory's steps, with the hyperparameters injected."""
+    case = BY_NAME[name]
+    tx = gradtx.inject_hyperparams(case.factory)(**case.kwargs)
+    params0, grads = canonical()
+    ref = trajectory(name)
+    step = gradtx.jit_step(tx, donate=False)
+    p, s = device(params0), tx.init(device(params0))
+    out = [params0]
+    for g, value in zip(grads, ref.values, strict=True):
+        p, s = step(p, s, device(g), value=value)
+        out.append(host(p))
+    return [out, host(s)]
+
+
+def quadratic_problem() -> tuple[Any, Any]:
+    params = mixed_params(seed=3)
+    rng = np.random.default_rng(4)
+    curv = jax.tree.map(lambda x: jnp.asarray(rng.uniform(0.5, 2.0, np.shape(x)), x.dtype), params)
+    target = jax.tree.map(lambda x: jnp.asarray(rng.normal(size=np.shape(x)), x.dtype), params)
+
+    def loss(p):
+        terms = jax.tree.map(lambda x, a, b: 0.5 * jnp.sum(a * (x - b) ** 2), p, curv, target)
+        return sum(jax.tree.leaves(terms))
+
+    return params, loss
+
+
+def rosenbrock(p: Any) -> jax.Array:
+    x, y = p["xy"][0], p["xy"][1]
+    return (1.0 - x) ** 2 + 100.0 * (y - x**2) ** 2
+
+
+def _minimize(tx: gradtx.GradientTransformation, loss: Any, params: Any, steps: int) -> Any:
+    """`steps` steps in one fori_loop (traced inside the caller's jit); `value=loss` each step."""
+    state = tx.init(params)
+
+    def body(_, carry):
+        p, s = carry
+        value, grads = jax.value_and_grad(loss)(p)
+        updates, s = tx.update(grads, s, p, value=value)
+        return gradtx.apply_updates(p, updates), s
+
+    p, _ = jax.lax.fori_loop(0, steps, body, (params, state))
+    return loss(p)
+
+
+LOW_PRECISION = ("bfloat16", "float16")
+
+
+@dataclass
+class DtypeRun:
+    """`DTYPE_STEPS` steps on `mixed_params(dtype=...)`: the initial state, then per step the
+    updates, state and params (host copies); or the error tracing them raised."""
+
+    init_state: Any = None
+    updates: list | None = None
+    states: list | None = None
+    params: list | None = None
+    error: BaseException | None = None
+
+
+def _dtype_run(tx: gradtx.GradientTransformation, dtype: Any) -> Any:
+    """The `DTYPE_STEPS` steps in one scan (traced inside the caller's jit)."""
+    params = mixed_params(dtype=dtype)
+    grads = jax.tree.map(lambda *xs: jnp.stack(xs), *grad_sequence(params, DTYPE_STEPS, scale=0.1))
+    value = jnp.asarray(1.0, dtype)
+
+    def body(carry, g):
+        p, s = carry
+        u, s = tx.update(g, s, p, value=value)
+        p = gradtx.apply_updates(p, u)
+        return (p, s), (u, s, p)
+
+    return jax.lax.scan(body, (params, tx.init(params)), grads)[1]
+
+
+@functools.cache
+def numerics(name: str) -> dict[str, Any]:
+    """One compiled program per case: the quadratic's initial and final loss, the Rosenbrock's
+    final loss (if the case runs it) and, for a low-precision case, the bf16 and f16 steps."""
+    case = BY_NAME[name]
+    qparams, qloss = quadratic_problem()
+    rparams = {"xy": jnp.array([-1.0, 1.0], jnp.float32)}
+    dtypes: dict[str, DtypeRun] = {}
+    if case.low_precision:
+        for dtype in LOW_PRECISION:
+            try:  # a failure here is reported by that dtype's test; the program runs the rest
+                jax.eval_shape(lambda: _dtype_run(case.make(), jnp.dtype(dtype)))
+            except Exception as e:
+                dtypes[dtype] = DtypeRun(error=e)
+    traced = [d for d in (LOW_PRECISION if case.low_precision else ()) if d not in dtypes]
+
+    @jax.jit
+    def go(qparams, rparams):
+        out: dict[str, Any] = {
+            "quadratic": _minimize(case.make_quadratic(), qloss, qparams, case.quadratic_steps)
+        }
+        if case.rosenbrock_tol is not None:
+            out["rosenbrock"] = _minimize(
+                case.make_rosenbrock(), rosenbrock, rparams, case.rosenbrock_steps
+            )
+        for dtype in traced:
+            out[dtype] = _dtype_run(case.make(), jnp.dtype(dtype))
+        return out
+
+    out = go(qparams, rparams)
+    for dtype in traced:
+        updates, states, params = host(out.pop(dtype))
+        split = lambda tree: [jax.tree.map(lambda x: x[i], tree) for i in range(DTYPE_STEPS)]
+        init_state = host(case.make().init(mixed_params(dtype=jnp.dtype(dtype))))
+        dtypes[dtype] = DtypeRun(init_state, split(updates), split(states), split(params))
+    result: dict[str, Any] = {k: float(v) for k, v in out.items()}
+    result["quadratic_start"] = float(qloss(qparams))
+    result["dtypes"] = dtypes
+    return result

@@ -1,0 +1,109 @@
+"""`make pytest`: the suite in two lanes, started together, each lane's failures reported.
+
+- main: every test not marked `subprocess`, on `--workers` xdist workers (default 2), with a
+  table case's tests grouped on one worker (`--dist loadgroup`, see tests/conftest.py).
+- processes: the tests marked `subprocess` (mkdocs build, notebooks, kill -9 checkpoints, the
+  2-process run, the demo, benchmark smoke runs, Optax's suite subset), one at a time: they
+  mostly wait on the processes they start.
+
+Usage: `python -m tests.lanes [--workers N] [--lane main|processes] [pytest args...]`; the
+pytest arguments (e.g. `-k adam`, `-x`) go to both lanes. Each lane's output streams with its
+name in front; at the end each lane's summary is printed again and the exit status is non-zero
+if either lane failed. Nothing is dropped: together the lanes run every test of `pytest tests`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LANES = ("main", "processes")
+
+
+def lane_command(lane: str, workers: int, extra: list[str]) -> list[str]:
+    base = [sys.executable, "-m", "pytest", "tests"]
+    if lane == "main":
+        parallel = (
+            ["-n", str(workers), "--dist", "loadgroup"] if workers > 1 else ["-p", "no:xdist"]
+        )
+        return [*base, *parallel, "-m", "not subprocess", *extra]
+    return [*base, "-p", "no:xdist", "-m", "subprocess", *extra]
+
+
+def _pump(
+    name: str, proc: subprocess.Popen, lines: list[str], lock: threading.Lock, ended: dict
+) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line)
+        with lock:
+            sys.stdout.write(f"[{name}] {line}")
+            sys.stdout.flush()
+    ended[name] = time.perf_counter()
+
+
+def _summary(lines: list[str]) -> list[str]:
+    """The lane's closing sections: from the first summary banner on."""
+    for i, line in enumerate(lines):
+        if line.startswith("=") and any(
+            k in line for k in ("short test summary", "XLA compilations", "FAILURES", "ERRORS")
+        ):
+            return lines[i:]
+    return lines[-3:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=int, default=2, help="xdist workers of the main lane")
+    parser.add_argument("--lane", choices=LANES, action="append", help="run only this lane")
+    args, extra = parser.parse_known_args(argv)
+    lanes = args.lane or list(LANES)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    lock = threading.Lock()
+    started = time.perf_counter()
+    procs: dict[str, tuple[subprocess.Popen, list[str], threading.Thread]] = {}
+    ended: dict[str, float] = {}
+    for lane in lanes:
+        cmd = lane_command(lane, args.workers, extra)
+        print(f"[{lane}] {' '.join(cmd[1:])}", flush=True)
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        lines: list[str] = []
+        pump = threading.Thread(target=_pump, args=(lane, proc, lines, lock, ended), daemon=True)
+        pump.start()
+        procs[lane] = (proc, lines, pump)
+    codes: dict[str, int] = {}
+    try:
+        for lane, (proc, _, pump) in procs.items():
+            codes[lane] = proc.wait()
+            pump.join()
+            ended[lane] -= started
+    except KeyboardInterrupt:
+        for proc, _, _ in procs.values():
+            proc.terminate()
+        raise
+    for lane, (_, lines, _) in procs.items():
+        # pytest's 5 = no tests collected (e.g. -k matching nothing in one lane): not a failure
+        ok = codes[lane] in (0, 5)
+        print(
+            f"\n===== lane {lane}: {'passed' if ok else 'FAILED'} (exit {codes[lane]}, "
+            f"{ended[lane]:.0f} s) ====="
+        )
+        sys.stdout.writelines(_summary(lines))
+    failed = [lane for lane in procs if codes[lane] not in (0, 5)]
+    print(
+        f"\nlanes: {', '.join(f'{k} {ended[k]:.0f} s' for k in procs)}; "
+        f"{'failed: ' + ', '.join(failed) if failed else 'all passed'}"
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""apply_every, ApplyEvery and periodic_update against Optax 0.2.8 (100 steps on the mixed
+pytrees, eager and jit, a learning rate that starts at one); argument errors, bf16 updates."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+import pytest
+
+import gradtx
+from gradtx import wrappers as gw
+
+from ..helpers import assert_trees_close, grad_sequence, mixed_params
+from ..optax_reference import compare_to_optax, with_modes
+from .common import (
+    STEPS,
+    adam_from_one,
+    assert_bf16_updates_stable_state_and_abstract_init,
+    assert_close,
+    assert_raises_starting_with,
+    momentum_from_one,
+    normal_grads,
+    small_tree,
+)
+
+CASES = [
+    ("apply_every", lambda lib: lib.chain(momentum_from_one(lib), lib.apply_every(3))),
+    ("apply_every_1", lambda lib: lib.chain(lib.apply_every(1), adam_from_one(lib))),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "make", "use_jit"),
+    with_modes(CASES, eager={"apply_every"}),
+)
+def test_matches_optax(name, make, use_jit):
+    compare_to_optax(make(gradtx), make(optax), jit=use_jit, reference_key=f"{__name__}:{name}")
+
+
+def test_apply_every_state_is_optax_apply_every():
+    assert gw.ApplyEvery is gw.ApplyEveryState
+    assert gw.ApplyEvery.__name__ == "ApplyEvery"
+    assert gw.ApplyEvery._fields == optax.ApplyEvery._fields
+    params = small_tree()
+    ours, theirs = gradtx.apply_every(3), optax.apply_every(3)
+    s, r = ours.init(params), theirs.init(params)
+    assert type(s) is gw.ApplyEvery
+    for g in normal_grads(params, 7, seed=7):
+        u, s = ours.update(g, s, params)
+        v, r = theirs.update(g, r, params)
+        assert_close(u, v)
+        assert int(s.count) == int(r.count)
+        assert_close(s.grad_acc, r.grad_acc)
+
+
+# --------------------------------------------------------------------------------------------
+# periodic_update
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("use_jit", [False, True], ids=["eager", "jit"])
+def test_periodic_update_matches_optax(use_jit):
+    online = mixed_params()
+    ours = ref = jax.tree.map(jnp.zeros_like, online)
+    fns = (gradtx.periodic_update, optax.periodic_update)
+    if use_jit:
+        fns = tuple(jax.jit(f, static_argnums=3) for f in fns)
+    refreshed = 0
+    for step, g in enumerate(grad_sequence(online, STEPS)):
+        online = jax.tree.map(lambda p, d: p - 0.1 * d, online, g)
+        ours = fns[0](online, ours, jnp.asarray(step, jnp.int32), 7)
+        ref = fns[1](online, ref, jnp.asarray(step, jnp.int32), 7)
+        assert_trees_close(ours, ref, 0, 0, msg=f"step {step}")
+        refreshed += step % 7 == 0
+    assert refreshed == 15
+
+
+# --------------------------------------------------------------------------------------------
+# invalid arguments raise at construction, naming the function, the argument and the value
+# --------------------------------------------------------------------------------------------
+
+_batched = [jnp.ones((2, 3))]
+
+BAD = [
+    (
+        "apply_every_0",
+        lambda: gradtx.apply_every(0),
+        ValueError,
+        "apply_every: k must be an integer >= 1, got 0",
+    ),
+    (
+        "apply_every_float",
+        lambda: gradtx.apply_every(2.5),
+        ValueError,
+        "apply_every: k must be an integer >= 1, got 2.5",
+    ),
+    (
+        "periodic_update",
+        lambda: gradtx.periodic_update(_batched, _batched, 3, 0),
+        ValueError,
+        "periodic_update: update_period must be an integer >= 1, got 0",
+    ),
+    (
+        "periodic_structure",
+        lambda: gradtx.periodic_update({"a": 1.0}, {"b": 1.0}, 3, 2),
+        ValueError,
+        "periodic_update:",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "build", "error", "message"), BAD, ids=[b[0] for b in BAD])
+def test_invalid_arguments_raise_with_name_and_value(name, build, error, message):
+    assert_raises_starting_with(build, error, message)
+
+
+# --------------------------------------------------------------------------------------------
+# bf16 in -> bf16 out, state dtypes stable, init from shapes alone
+# --------------------------------------------------------------------------------------------
+
+HOUSE = [
+    ("apply_every", lambda: gradtx.apply_every(2)),
+]
+
+
+@pytest.mark.parametrize(("name", "make"), HOUSE, ids=[h[0] for h in HOUSE])
+def test_bf16_updates_stable_state_and_abstract_init(name, make):
+    assert_bf16_updates_stable_state_and_abstract_init(make)
