@@ -78,13 +78,22 @@ class CompileCounter:
         self.cases.update(data["cases"])
 
 
+WHOLE_TABLE = "(whole table)"
+
+
 def _case_name(item: pytest.Item) -> str | None:
+    """The table case a test checks; `WHOLE_TABLE` for a check that compiles one program for all
+    cases (its xdist group is not a case's: the sharded table)."""
     callspec = getattr(item, "callspec", None)
     if callspec is None:
         return None
-    case = callspec.params.get("case")
-    name = getattr(case, "name", None)
-    return name if isinstance(name, str) else None
+    name = getattr(callspec.params.get("case"), "name", None)
+    if not isinstance(name, str):
+        return None
+    group = item.get_closest_marker("xdist_group")
+    if group is not None and group.args and not str(group.args[0]).startswith("case-"):
+        return WHOLE_TABLE
+    return name
 
 
 class CompileReportPlugin:
@@ -131,14 +140,15 @@ class CompileReportPlugin:
         if len(c.files) > 25:
             rest = sum(n for _, n in c.files.most_common()[25:])
             tr.write_line(f"  {rest:6d}                   ({len(c.files) - 25} more files)")
-        if c.cases:
-            counts = sorted(c.cases.values())
-            worst = c.cases.most_common(3)
+        cases = {k: v for k, v in c.cases.items() if k != WHOLE_TABLE}
+        if cases:
+            counts = sorted(cases.values())
+            worst = Counter(cases).most_common(3)
             tr.write_line(
                 f"optimizer-table cases: {len(counts)}, programs compiled per case: "
                 f"median {counts[len(counts) // 2]}, max {counts[-1]} "
-                f"({', '.join(f'{k} {v}' for k, v in worst)}), "
-                f"{sum(counts)} in all"
+                f"({', '.join(f'{k} {v}' for k, v in worst)}), {sum(counts)} in all; "
+                f"{c.cases.get(WHOLE_TABLE, 0)} more for the whole table at once"
             )
         path = os.environ.get("GRADTX_COMPILE_REPORT")
         if path:

@@ -1,0 +1,27 @@
+"""`make pytest`'s two lanes (tests/lanes.py): together they select every test exactly once, and
+the main lane groups each table case on one worker."""
+
+from __future__ import annotations
+
+import sys
+
+from .lanes import lane_command
+
+
+def _marker(cmd: list[str]) -> str:
+    return cmd[cmd.index("-m", cmd.index("tests")) + 1]
+
+
+def test_the_lanes_split_the_suite_by_the_subprocess_marker():
+    main, processes = lane_command("main", 2, []), lane_command("processes", 2, [])
+    assert main[0] == processes[0] == sys.executable
+    assert _marker(main) == "not subprocess" and _marker(processes) == "subprocess"
+    assert main[main.index("-n") + 1] == "2" and main[main.index("--dist") + 1] == "loadgroup"
+    assert "no:xdist" in processes
+
+
+def test_pytest_arguments_reach_both_lanes_and_one_worker_runs_without_xdist():
+    extra = ["-k", "adam", "-x"]
+    for lane in ("main", "processes"):
+        assert lane_command(lane, 2, extra)[-3:] == extra
+    assert "-n" not in lane_command("main", 1, []) and "no:xdist" in lane_command("main", 1, [])
