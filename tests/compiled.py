@@ -116,8 +116,9 @@ def trajectory(name: str) -> Trajectory:
 
 
 @functools.cache
-def injected(name: str) -> list:
-    """The params after each of the trajectory's steps, with the hyperparameters injected."""
+def injected(name: str) -> tuple[list, Any]:
+    """The params after each of the trajectory's steps and the final state (host copies), with
+    the hyperparameters injected."""
     case = BY_NAME[name]
     tx = gradtx.inject_hyperparams(case.factory)(**case.kwargs)
     params0, grads = canonical()
@@ -128,7 +129,7 @@ def injected(name: str) -> list:
     for g, value in zip(grads, ref.values, strict=True):
         p, s = step(p, s, device(g), value=value)
         out.append(host(p))
-    return [out, host(s)]
+    return out, host(s)
 
 
 def quadratic_problem() -> tuple[Any, Any]:
