@@ -44,6 +44,12 @@ def main(argv: list[str] | None = None) -> int:
         help="run only the 8-bit optimizer state benchmark (float32 / bf16 / 8-bit Adam)",
     )
     parser.add_argument(
+        "--health",
+        action="store_true",
+        help="run only the training-health overhead benchmark (with_metrics, skip_on_spikes, "
+        "located apply_if_finite in an MLP training step)",
+    )
+    parser.add_argument(
         "--part",
         action="append",
         choices=("steps", "build", "quality"),
@@ -77,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
             else (False,)
             if args.undonated_only
             else (True, False),
+        )
+    if args.health:
+        from .health import main as health_main
+
+        return health_main(
+            quick=args.quick, out=args.out, rounds=args.repeats, log=lambda s: print(s, flush=True)
         )
     if args.zero1:
         from .zero1 import main as zero1_main

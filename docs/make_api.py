@@ -38,6 +38,7 @@ NAMESPACES = (
     "nnabla",
     "returnn",
     "contrib",
+    "health",
     "microbatching",
     "config",
     "checkpoint",

@@ -5,6 +5,7 @@ The public API, re-exported explicitly. No logic lives here.
 
 from . import config as config
 from . import contrib as contrib
+from . import health as health
 from . import microbatching as microbatching
 from . import nnabla as nnabla
 from . import projections as projections
@@ -85,6 +86,15 @@ from .distributed import load_sharded as load_sharded
 from .distributed import save_sharded as save_sharded
 from .distributed import state_sharding as state_sharding
 
+# -- training health: metrics, spike skipping, locating NaNs ---------------------------------------
+from .health import MetricsLogger as MetricsLogger
+from .health import WithMetricsState as WithMetricsState
+from .health import format_metrics as format_metrics
+from .health import log_every as log_every
+from .health import metrics as metrics
+from .health import to_scalars as to_scalars
+from .health import with_metrics as with_metrics
+
 # -- microbatching: Optax's microbatch -------------------------------------------------------------
 from .microbatching import microbatch as microbatch
 
@@ -162,6 +172,7 @@ from .transforms import AddDecayedWeightsState as AddDecayedWeightsState
 from .transforms import AddNoiseState as AddNoiseState
 from .transforms import BacktrackingLinesearchInfo as BacktrackingLinesearchInfo
 from .transforms import ClipByGlobalNormState as ClipByGlobalNormState
+from .transforms import ClipByHistoryState as ClipByHistoryState
 from .transforms import ClipState as ClipState
 from .transforms import ElementwiseState as ElementwiseState
 from .transforms import FactoredState as FactoredState
@@ -209,6 +220,7 @@ from .transforms import centralize as centralize
 from .transforms import clip as clip
 from .transforms import clip_by_block_rms as clip_by_block_rms
 from .transforms import clip_by_global_norm as clip_by_global_norm
+from .transforms import clip_by_history as clip_by_history
 from .transforms import clip_by_norm as clip_by_norm
 from .transforms import elementwise as elementwise
 from .transforms import flatten as flatten
@@ -267,9 +279,11 @@ from .transforms import value_and_grad_from_state as value_and_grad_from_state
 from .transforms import weight_decay as weight_decay
 from .transforms import weight_decay_by_lr_ratio as weight_decay_by_lr_ratio
 from .transforms import zero_nans as zero_nans
+from .tree import NonfiniteLocation as NonfiniteLocation
 
 # -- tree moments: Optax's top-level names for gradtx.tree functions -------------------------------
 from .tree import bias_correction as bias_correction
+from .tree import first_nonfinite as first_nonfinite
 from .tree import map_params as tree_map_params
 from .tree import update_infinity_moment as update_infinity_moment
 from .tree import update_moment as update_moment
@@ -279,6 +293,7 @@ from .tree import update_moment_per_elem_norm as update_moment_per_elem_norm
 from .wrappers import AccumulateState as AccumulateState
 from .wrappers import ApplyEvery as ApplyEvery
 from .wrappers import ApplyEveryState as ApplyEveryState
+from .wrappers import ApplyIfFiniteLocatedState as ApplyIfFiniteLocatedState
 from .wrappers import ApplyIfFiniteState as ApplyIfFiniteState
 from .wrappers import ConditionallyMaskState as ConditionallyMaskState
 from .wrappers import ConditionallyTransformState as ConditionallyTransformState
@@ -297,6 +312,7 @@ from .wrappers import MultiStepsState as MultiStepsState
 from .wrappers import MultiTransformState as MultiTransformState
 from .wrappers import PartitionState as PartitionState
 from .wrappers import ShouldSkipUpdateFunction as ShouldSkipUpdateFunction
+from .wrappers import SkipOnSpikesState as SkipOnSpikesState
 from .wrappers import StatefulSchedule as StatefulSchedule
 from .wrappers import WrappedSchedule as WrappedSchedule
 from .wrappers import WrappedScheduleState as WrappedScheduleState
@@ -326,3 +342,4 @@ from .wrappers import scale_gradient_by as scale_gradient_by
 from .wrappers import selective_transform as selective_transform
 from .wrappers import skip_large_updates as skip_large_updates
 from .wrappers import skip_not_finite as skip_not_finite
+from .wrappers import skip_on_spikes as skip_on_spikes

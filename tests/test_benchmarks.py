@@ -113,3 +113,14 @@ def test_markdown_marks_unmet_targets():
     )
     run["summary"]["targets"].append({"target": "x", "value": 2.0, "limit": 1.0, "met": False})
     assert "| x | 2.00 | 1.00 | **no** |" in markdown(run)
+
+
+@pytest.mark.subprocess
+def test_health_benchmark_runs_quick(tmp_path, capsys):
+    code = main(["--health", "--quick", "--repeats", "2", "--out", str(tmp_path)])
+    assert code == 0
+    data = json.loads((tmp_path / "health.json").read_text())
+    variants = {r["variant"] for r in data["rows"]}
+    assert {"optax", "gradtx", "with_metrics (global)", "with_metrics (per leaf)"} <= variants
+    assert all(r["step_ms"] > 0 for r in data["rows"])
+    assert "| with_metrics (per leaf) |" in (tmp_path / "health.md").read_text()

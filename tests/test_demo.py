@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import gradtx
@@ -30,6 +31,12 @@ def test_demo_trains_every_optimizer_of_its_config_and_writes_table_and_plot(tmp
         # 300 steps on 4 spirals: every optimizer learns (chance is 25%, initial loss ~1.4)
         assert r["final_loss"] < 0.9, r
         assert r["test_accuracy"] > 0.5, r
+    # the training-health columns: every run is measured by with_metrics
+    assert "| grad norm | clipped % | skipped |" in table
+    clipping = {"adamw_warmup_cosine"}  # the one run of demo.yaml with a `clip` section
+    for r in results:
+        assert r["grad_norm"] > 0 and r["skipped"] == 0, r
+        assert (r["clipped"] is not None) == (r["name"] in clipping), r
     png = out / "demo.png"
     assert png.exists() and png.stat().st_size > 20_000
 
@@ -107,3 +114,18 @@ def test_cli_lists_commands_and_suggests_close_matches(capsys):
     assert "demo" in capsys.readouterr().out
     assert cli.main(["dmeo"]) == 2
     assert "did you mean 'demo'" in capsys.readouterr().err
+
+
+def test_step_health_counts_clipped_and_skipped_steps_from_per_step_metrics():
+    values = {
+        "grad_norm": [1.0, 2.0, 9.0, float("nan"), 1.0],
+        "clip_fraction/0": [0.0, 0.5, 0.0, 0.0, 0.0],
+        "clip_fraction/1": [0.0, 0.0, 0.25, 0.0, 0.0],
+        "total_skipped": [0, 0, 1, 1, 1],  # skip_on_spikes dropped step 3
+        "inner_state/total_notfinite": [0, 0, 0, 1, 1],  # apply_if_finite: step 4
+    }
+    clip, skipped = _demo.step_health({k: np.asarray(v) for k, v in values.items()})
+    np.testing.assert_allclose(clip, [0.0, 0.5, 0.25, 0.0, 0.0])
+    assert skipped.tolist() == [False, False, True, True, False]
+    clip, skipped = _demo.step_health({"grad_norm": np.ones(3)})
+    assert clip is None and not skipped.any()

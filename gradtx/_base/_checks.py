@@ -18,6 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._introspect import inherit
+
 
 def concrete(value: Any) -> np.ndarray | None:
     """`value` as a NumPy array, or None when it is a schedule, a tracer or not numeric."""
@@ -379,7 +381,7 @@ def alias_errors(
                     check_params(who, params)
                     return inner_init(params)
 
-                tx = tx._replace(init=init, update=guarded(tx.update))
+                tx = inherit(tx._replace(init=init, update=guarded(tx.update)), tx)
             return tx
 
         return wrapper  # type: ignore[return-value]

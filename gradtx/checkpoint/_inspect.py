@@ -12,6 +12,7 @@ from jax import tree_util as jtu
 from .._base._checks import did_you_mean
 from .._base._typing import OptState
 from ..tree import path_str
+from ..tree._nonfinite import NonfiniteLocation
 
 _COUNT_NAMES = ("count", "gradient_step")
 
@@ -39,12 +40,16 @@ class StateSummary:
       hyperparams: the current value of every injected hyperparameter (`inject_hyperparams`),
         keyed by the wrapper's path and the name, e.g. `"learning_rate"` at the top level or
         `"opt/learning_rate"` inside `named_chain(("opt", ...))`.
+      nonfinite: for every `NonfiniteLocation` in the state with a concrete value (e.g.
+        `apply_if_finite(..., locate_nonfinite=True)`'s `first_nonfinite`), its path in the
+        state -> the path of the non-finite leaf it names, or None when it names none.
     """
 
     fields: tuple[StateField, ...]
     step: int | None = None
     step_path: str | None = None
     hyperparams: dict[str, float] = field(default_factory=dict)
+    nonfinite: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def total_bytes(self) -> int:
@@ -93,6 +98,15 @@ class StateSummary:
             out.append(f"step: {self.step} (from {self.step_path!r})")
         for name, value in self.hyperparams.items():
             out.append(f"hyperparameter {name} = {value:.6g}")
+        counts = {f.path: f.value for f in self.fields}
+        for where, leaf in self.nonfinite.items():
+            at = f"first non-finite leaf (at {where!r})"
+            if leaf is None:
+                out.append(f"{at}: none")
+                continue
+            count = counts.get(f"{where}/count" if where else "count")
+            noun = "value" if count == 1 else "values"
+            out.append(f"{at}: {leaf!r}" + ("" if count is None else f", {count} {noun}"))
         return "\n".join(out)
 
     def __str__(self) -> str:
@@ -167,9 +181,33 @@ def _injected(state: Any, prefix: tuple, out: dict[str, float]) -> None:
         _injected(node.inner_state, (*prefix, *key_path, jtu.GetAttrKey("inner_state")), out)
 
 
+def _is_location(node: Any) -> bool:
+    return isinstance(node, NonfiniteLocation)
+
+
+def _locations(state: Any) -> list[tuple[tuple, NonfiniteLocation]]:
+    """(key path, location) of every `NonfiniteLocation` in `state`."""
+    found = jtu.tree_flatten_with_path(state, is_leaf=_is_location)[0]
+    return [(key_path, node) for key_path, node in found if _is_location(node)]
+
+
+def _located(locations: list[tuple[tuple, NonfiniteLocation]]) -> dict[str, str | None]:
+    """State path -> named leaf (or None) of every concrete, unbatched location."""
+    out: dict[str, str | None] = {}
+    for key_path, node in locations:
+        if _scalar(node.index) is None:
+            continue
+        try:
+            out[path_str(key_path)] = node.path
+        except ValueError:  # an index out of range of its leaf paths: nothing to name
+            continue
+    return out
+
+
 def inspect_state(state: OptState) -> StateSummary:
     """A readable summary of an optimizer state: per field its path, shape, dtype and bytes, the
-    current step count and the injected hyperparameters with their current values.
+    current step count, the injected hyperparameters with their current values, and where the
+    latest non-finite gradient was (`apply_if_finite(..., locate_nonfinite=True)`).
 
     `print(gradtx.inspect_state(state))` shows a table; "what is my learning rate now" is
     `gradtx.inspect_state(state).hyperparam("learning_rate")` for an optimizer built with
@@ -182,7 +220,8 @@ def inspect_state(state: OptState) -> StateSummary:
       state: an optimizer state (any pytree of arrays; gradtx's or Optax's).
 
     Returns:
-      A `StateSummary` (fields, step, step_path, hyperparams, total_bytes; `table()`).
+      A `StateSummary` (fields, step, step_path, hyperparams, nonfinite, total_bytes;
+      `table()`).
 
     Example:
       >>> import gradtx, jax.numpy as jnp
@@ -192,6 +231,9 @@ def inspect_state(state: OptState) -> StateSummary:
     """
     fields = []
     step, step_path, step_depth = None, None, None
+    locations = _locations(state)
+    # a location's `count` counts NaNs, not steps
+    not_steps = {path_str((*kp, jtu.GetAttrKey("count"))) for kp, _ in locations}
     for key_path, leaf in jtu.tree_flatten_with_path(state)[0]:
         path = path_str(key_path)
         shape, dtype, nbytes = _layout(leaf)
@@ -200,6 +242,7 @@ def inspect_state(state: OptState) -> StateSummary:
         last = path.rsplit("/", 1)[-1]
         if (
             last in _COUNT_NAMES
+            and path not in not_steps
             and shape == ()
             and np.issubdtype(np.dtype(dtype), np.integer)
             and (step_depth is None or len(key_path) < step_depth)
@@ -208,4 +251,4 @@ def inspect_state(state: OptState) -> StateSummary:
             step = None if value is None else int(value)
     hyperparams: dict[str, float] = {}
     _injected(state, (), hyperparams)
-    return StateSummary(tuple(fields), step, step_path, hyperparams)
+    return StateSummary(tuple(fields), step, step_path, hyperparams, _located(locations))

@@ -2,11 +2,15 @@
 
 `python -m gradtx demo` (what `make demo` runs) builds each optimizer of a config file (by default
 the package's `demo.yaml`: SGD with Nesterov momentum, Adam, AdamW with warm-up + cosine,
-AdaBound and Eve) with `from_config`, trains the same MLP from the same initial
-parameters on the same batches with each, shows a progress bar per run, prints a results table
-(final training loss, test accuracy, steps per second) and writes `results.md`, `results.json` and
-`demo.png` (loss curves, accuracy, learning-rate schedules, the best run's decision regions) to
-`--out`.
+AdaBound and Eve) with `from_config`, wraps it in `with_metrics`, trains the same MLP from the
+same initial parameters on the same batches with each, shows a progress bar per run, prints a
+results table (final training loss, test accuracy, final gradient norm, how often clipping acted,
+skipped steps, steps per second) and writes `results.md`, `results.json` and `demo.png` (loss
+curves, accuracy, learning-rate schedules, gradient and update norms with the skipped steps
+marked, the best run's decision regions) to `--out`.
+
+The metrics (`gradtx.metrics`) are read inside the compiled `lax.scan`, one dict of scalars per
+step, and come back with the chunk's losses: no extra compile, no extra device round trip.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from ..config import from_config
 from ..config._errors import ConfigError, shown
 from ..config._load import read as read_config
 from ..core import apply_updates
+from ..health import metrics, with_metrics
 
 DEFAULT_CONFIG = Path(__file__).with_name("demo.yaml")
 TRAIN_DEFAULTS: dict[str, Any] = {"steps": 3000, "batch_size": 128, "hidden": [64, 64], "seed": 0}
@@ -215,11 +220,55 @@ class Run:
     loss: list[float] = field(default_factory=list)  # training loss, mean over each chunk
     accuracy: list[float] = field(default_factory=list)  # held-out accuracy after each chunk
     lr: np.ndarray | None = None
+    grad_norm: list[float] = field(default_factory=list)  # global gradient norm, chunk means
+    update_norm: list[float] = field(default_factory=list)  # global update norm, chunk means
+    grad_norm_steps: np.ndarray | None = None  # the gradient norm of every step
+    clip_fraction: np.ndarray | None = None  # per step, largest over the clipping links; or None
+    skipped_steps: list[int] = field(default_factory=list)  # steps a skip wrapper dropped (1-based)
     final_loss: float = float("nan")  # on the whole training set, after the last step
     test_accuracy: float = float("nan")
     steps_per_s: float = float("nan")
     compile_s: float = float("nan")
     params: Any = None
+
+    @property
+    def final_grad_norm(self) -> float:
+        """The gradient norm averaged over the last chunk of steps (NaN when not measured)."""
+        return self.grad_norm[-1] if self.grad_norm else float("nan")
+
+    @property
+    def clipped(self) -> float | None:
+        """The fraction of steps on which clipping removed something; None without a clip link."""
+        if self.clip_fraction is None or not len(self.clip_fraction):
+            return None
+        return float(np.mean(self.clip_fraction > 0))
+
+    @property
+    def skipped(self) -> int:
+        """How many steps were skipped (spikes) or non-finite; 0 without such wrappers."""
+        return len(self.skipped_steps)
+
+
+def _ends_with(key: str, name: str) -> bool:
+    """Whether a `gradtx.metrics` key is `name` or a path-qualified `.../name`."""
+    return key == name or key.endswith(f"/{name}")
+
+
+def step_health(values: dict[str, np.ndarray]) -> tuple[np.ndarray | None, np.ndarray]:
+    """From per-step `gradtx.metrics` (each a float/int/bool array over steps): the largest clip
+    fraction of each step (None when no link clips) and which steps a skip wrapper counted
+    (`skip_on_spikes`' `total_skipped`, `apply_if_finite`'s `total_notfinite` going up)."""
+    clips = [
+        np.asarray(v, np.float64) for k, v in values.items() if k.split("/")[0] == "clip_fraction"
+    ]
+    clip = np.max(np.stack(clips), axis=0) if clips else None
+    n = len(values["grad_norm"])
+    skipped = np.zeros(n, bool)
+    for key, value in values.items():
+        if _ends_with(key, "total_skipped") or _ends_with(key, "total_notfinite"):
+            total = np.asarray(value, np.int64)
+            skipped |= np.diff(total, prepend=0) > 0
+    return clip, skipped
 
 
 def train_run(
@@ -235,9 +284,12 @@ def train_run(
 ) -> Run:
     """Train the MLP with the optimizer `config` builds; every run sees the same initial
     parameters and the same batches. Steps run `chunk` at a time inside one compiled `lax.scan`
-    (the loss is passed to every update as `value=`, which Eve and plateau schedules read)."""
+    (the loss is passed to every update as `value=`, which Eve and plateau schedules read).
+    The optimizer is wrapped in `with_metrics`; `gradtx.metrics` of every step's state is a scan
+    output next to the loss."""
     x, y, x_test, y_test = data
-    tx = from_config(config)
+    configured = from_config(config)  # keeps `learning_rate_at`
+    tx = with_metrics(configured)
     params = init_mlp(jax.random.key(seed), (x.shape[1], *hidden, int(y.max()) + 1))
     opt_state = tx.init(params)
 
@@ -245,12 +297,14 @@ def train_run(
         params, opt_state = carry
         loss, grads = jax.value_and_grad(loss_fn)(params, *batch)
         updates, opt_state = tx.update(grads, opt_state, params, value=loss)
-        return (apply_updates(params, updates), opt_state), loss
+        return (apply_updates(params, updates), opt_state), (loss, metrics(tx, opt_state))
 
     def run_chunk(params, opt_state, xb, yb):
-        (params, opt_state), losses = jax.lax.scan(one_step, (params, opt_state), (xb, yb))
+        (params, opt_state), (losses, per_step) = jax.lax.scan(
+            one_step, (params, opt_state), (xb, yb)
+        )
         test_acc = jnp.mean(jnp.argmax(mlp(params, jnp.asarray(x_test)), -1) == y_test)
-        return params, opt_state, jnp.mean(losses), test_acc
+        return params, opt_state, jnp.mean(losses), test_acc, per_step
 
     rng = np.random.default_rng(seed + 1)
     chunks = [chunk] * (steps // chunk) + ([steps % chunk] if steps % chunk else [])
@@ -270,42 +324,59 @@ def train_run(
     bar = _Progress(steps, name)
     done = 0
     train_time = 0.0
+    per_step: list[dict[str, np.ndarray]] = []
     for n, ix in zip(chunks, idx, strict=True):
         xb, yb = x[ix], y[ix]
         t0 = time.perf_counter()
-        params, opt_state, loss, acc = compiled[n](params, opt_state, xb, yb)
+        params, opt_state, loss, acc, chunk_metrics = compiled[n](params, opt_state, xb, yb)
         loss, acc = float(loss), float(acc)  # waits for the chunk
         train_time += time.perf_counter() - t0
+        chunk_metrics = jax.device_get(chunk_metrics)  # computed already: a small copy
+        per_step.append(chunk_metrics)
         done += n
         run.steps.append(done)
         run.loss.append(loss)
         run.accuracy.append(acc)
+        run.grad_norm.append(float(np.mean(chunk_metrics["grad_norm"])))
+        run.update_norm.append(float(np.mean(chunk_metrics["update_norm"])))
         bar.update(n, loss)
     bar.close()
+    if per_step:
+        values = {k: np.concatenate([np.asarray(m[k]) for m in per_step]) for k in per_step[0]}
+        run.grad_norm_steps = values["grad_norm"].astype(np.float32)
+        run.clip_fraction, skipped = step_health(values)
+        run.skipped_steps = [int(i) + 1 for i in np.flatnonzero(skipped)]
     run.steps_per_s = steps / train_time if train_time > 0 else float("nan")
     run.final_loss = float(jax.jit(loss_fn)(params, x, y))
     run.test_accuracy = run.accuracy[-1] if run.accuracy else float("nan")
-    run.lr = tx.learning_rate_at(np.arange(steps + 1))
+    run.lr = configured.learning_rate_at(np.arange(steps + 1))
     run.params = params
     return run
 
 
 def results_table(runs: list[Run]) -> str:
-    """A Markdown table of the runs' final numbers."""
+    """A Markdown table of the runs' final numbers: "grad norm" is the mean global gradient norm
+    of the last chunk of steps, "clipped %" the share of steps on which a clipping link removed
+    something ("-" for a run without clipping), "skipped" the steps a skip wrapper dropped or
+    found non-finite (`skip_on_spikes`, `apply_if_finite`; 0 without them)."""
     lines = [
-        "| run | optimizer | final train loss | test accuracy | steps/s | compile s |",
-        "|---|---|---:|---:|---:|---:|",
+        "| run | optimizer | final train loss | test accuracy | grad norm | clipped % | skipped "
+        "| steps/s | compile s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in runs:
+        clipped = "-" if r.clipped is None else f"{r.clipped:.1%}"
         lines.append(
             f"| {r.name} | {r.optimizer} | {r.final_loss:.4f} | {r.test_accuracy:.1%} | "
+            f"{r.final_grad_norm:#.3g} | {clipped} | {r.skipped} | "
             f"{r.steps_per_s:,.0f} | {r.compile_s:.2f} |"
         )
     return "\n".join(lines)
 
 
 def plot(runs: list[Run], data: tuple[np.ndarray, ...], out_dir: Path) -> Path | None:
-    """Write `demo.png`: loss curves, test accuracy, learning rates, best decision regions."""
+    """Write `demo.png`: loss curves, test accuracy, learning rates, gradient norms (skipped
+    steps marked), update norms, best decision regions."""
     try:
         import matplotlib
 
@@ -315,19 +386,45 @@ def plot(runs: list[Run], data: tuple[np.ndarray, ...], out_dir: Path) -> Path |
         print("matplotlib is not installed: no plot (pip install 'gradtx[demo]')")
         return None
     x, y = data[0], data[1]
-    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
-    (ax_loss, ax_acc), (ax_lr, ax_regions) = axes
+    fig, axes = plt.subplots(2, 3, figsize=(18, 9))
+    (ax_loss, ax_acc, ax_lr), (ax_grad, ax_upd, ax_regions) = axes
     styles = itertools.cycle(["-", "--", "-.", ":"])
+    any_skipped = False
     for r, style in zip(runs, styles, strict=False):
-        ax_loss.plot(r.steps, r.loss, style, label=r.name)
-        ax_acc.plot(r.steps, r.accuracy, style, label=r.name)
+        (line,) = ax_loss.plot(r.steps, r.loss, style, label=r.name)
+        color = line.get_color()
+        ax_acc.plot(r.steps, r.accuracy, style, color=color, label=r.name)
         if r.lr is not None and np.all(np.isfinite(r.lr)):
-            ax_lr.plot(np.arange(len(r.lr)), r.lr, style, label=r.name)
+            ax_lr.plot(np.arange(len(r.lr)), r.lr, style, color=color, label=r.name)
+        per_step = r.grad_norm_steps
+        if per_step is not None and len(per_step):
+            every = np.arange(1, len(per_step) + 1)
+            ax_grad.plot(every, per_step, "-", color=color, alpha=0.15, lw=0.6)
+            if r.skipped_steps:
+                any_skipped = True
+                at = np.asarray(r.skipped_steps)
+                # a non-finite step's norm cannot be drawn: its mark goes at the run's top
+                finite = per_step[np.isfinite(per_step)]
+                top = float(finite.max()) if finite.size else 1.0
+                shown_at = np.where(np.isfinite(per_step[at - 1]), per_step[at - 1], top)
+                ax_grad.scatter(at, shown_at, marker="x", color=color, s=30, zorder=3)
+        if r.grad_norm:
+            ax_grad.plot(r.steps, r.grad_norm, style, color=color, label=r.name)
+        if r.update_norm:
+            ax_upd.plot(r.steps, r.update_norm, style, color=color, label=r.name)
     ax_loss.set(xlabel="step", ylabel="cross-entropy", title="training loss", yscale="log")
     ax_acc.set(xlabel="step", ylabel="accuracy", title="held-out accuracy")
     ax_lr.set(xlabel="step", ylabel="learning rate", title="learning-rate schedules", yscale="log")
-    for ax in (ax_loss, ax_acc, ax_lr):
-        ax.legend(fontsize=8)
+    title = "gradient norm (chunk mean; every step faint)"
+    if any_skipped:
+        title += "; x: skipped steps"
+    ax_grad.set(xlabel="step", ylabel="global L2 norm", title=title, yscale="log")
+    ax_upd.set(
+        xlabel="step", ylabel="global L2 norm", title="update norm (chunk mean)", yscale="log"
+    )
+    for ax in (ax_loss, ax_acc, ax_lr, ax_grad, ax_upd):
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     best = max(runs, key=lambda r: r.test_accuracy)
     lo, hi = float(x.min()) - 0.2, float(x.max()) + 0.2
@@ -418,6 +515,8 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "results.md").write_text(table + "\n", encoding="utf-8")
     summary = [
         {k: getattr(r, k) for k in ("name", "optimizer", "final_loss", "test_accuracy")}
+        | {"grad_norm": r.final_grad_norm, "clipped": r.clipped, "skipped": r.skipped}
+        | {"skipped_steps": r.skipped_steps[:1000]}
         | {"steps_per_s": r.steps_per_s, "compile_s": r.compile_s, "steps": steps}
         for r in results
     ]

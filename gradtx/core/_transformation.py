@@ -8,9 +8,10 @@ from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
-from jax.tree_util import keystr
+from jax.tree_util import DictKey, SequenceKey, keystr
 
 from .._base._checks import check_in_range
+from .._base._introspect import register, register_runner, run_links
 from .._base._typing import ArrayLike, OptState, Params, Updates
 from ..tree import assert_same_structure
 from ..tree._patterns import resolve_mask
@@ -237,7 +238,7 @@ def chain(*transformations: GradientTransformation) -> GradientTransformation:
       2
     """
     txs = [_as_transformation(tx, "chain", f"argument {i}") for i, tx in enumerate(transformations)]
-    update_fns = [forward_extra_args(tx.update) for tx in txs]
+    links = [(SequenceKey(i), tx, forward_extra_args(tx.update)) for i, tx in enumerate(txs)]
 
     def init(params):
         return tuple(tx.init(params) for tx in txs)
@@ -249,13 +250,22 @@ def chain(*transformations: GradientTransformation) -> GradientTransformation:
                 f"init), got {type(state).__name__}"
                 + (f" of length {len(state)}" if isinstance(state, tuple | list) else "")
             )
-        new_state = []
-        for fn, s in zip(update_fns, state, strict=True):
-            updates, s = fn(updates, s, params, **extra_args)
-            new_state.append(s)
-        return updates, tuple(new_state)
+        updates, new = run_links(links, state, updates, params, extra_args)
+        return updates, tuple(new[key] for key, _, _ in links)
 
-    return GradientTransformation(init, update)
+    def observed(updates, state, params, extra_args, path, observe):
+        updates, new = run_links(
+            links, state, updates, params, extra_args, path=path, observe=observe
+        )
+        return updates, tuple(new[key] for key, _, _ in links)
+
+    return _registered_chain(GradientTransformation(init, update), links, observed)
+
+
+def _registered_chain(tx: GradientTransformation, links: list, observed: Any) -> Any:
+    register(tx, "chain", children=[((key,), inner) for key, inner, _ in links])
+    register_runner(tx, observed)
+    return tx
 
 
 def named_chain(*transformations: tuple[str, GradientTransformation]) -> GradientTransformation:
@@ -282,7 +292,10 @@ def named_chain(*transformations: tuple[str, GradientTransformation]) -> Gradien
             raise ValueError(f"named_chain: the name {name!r} is used twice; names must be unique")
         names.append(name)
         txs.append(_as_transformation(tx, "named_chain", f"the transformation named {name!r}"))
-    update_fns = [forward_extra_args(tx.update) for tx in txs]
+    links = [
+        (DictKey(name), tx, forward_extra_args(tx.update))
+        for name, tx in zip(names, txs, strict=True)
+    ]
 
     def init(params):
         return {name: tx.init(params) for name, tx in zip(names, txs, strict=True)}
@@ -295,12 +308,16 @@ def named_chain(*transformations: tuple[str, GradientTransformation]) -> Gradien
                 f"named_chain: expected a state dict with keys {names} (from this chain's init), "
                 f"got {list(state) if isinstance(state, dict) else type(state).__name__}"
             )
-        new_state = {}
-        for name, fn in zip(names, update_fns, strict=True):
-            updates, new_state[name] = fn(updates, state[name], params, **extra_args)
-        return updates, new_state
+        updates, new = run_links(links, state, updates, params, extra_args)
+        return updates, {key.key: new[key] for key, _, _ in links}
 
-    return GradientTransformation(init, update)
+    def observed(updates, state, params, extra_args, path, observe):
+        updates, new = run_links(
+            links, state, updates, params, extra_args, path=path, observe=observe
+        )
+        return updates, {key.key: new[key] for key, _, _ in links}
+
+    return _registered_chain(GradientTransformation(init, update), links, observed)
 
 
 def none_covers(driving: Any, other: Any) -> Any:

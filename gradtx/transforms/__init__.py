@@ -26,6 +26,8 @@ from ._adaptive import scale_by_rms as scale_by_rms
 from ._adaptive import scale_by_rss as scale_by_rss
 from ._adaptive import scale_by_stddev as scale_by_stddev
 from ._bounded import bound_lr as bound_lr
+from ._clip_history import ClipByHistoryState as ClipByHistoryState
+from ._clip_history import clip_by_history as clip_by_history
 from ._clipping import adaptive_grad_clip as adaptive_grad_clip
 from ._clipping import clip as clip
 from ._clipping import clip_by_block_rms as clip_by_block_rms
@@ -127,6 +129,7 @@ __all__ = [
     "AddNoiseState",
     "BacktrackingLinesearchInfo",
     "ClipByGlobalNormState",
+    "ClipByHistoryState",
     "ClipState",
     "ElementwiseState",
     "FactoredState",
@@ -174,6 +177,7 @@ __all__ = [
     "clip",
     "clip_by_block_rms",
     "clip_by_global_norm",
+    "clip_by_history",
     "clip_by_norm",
     "elementwise",
     "flatten",

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_non_negative, check_positive
+from .._base._introspect import register
 from .._base._numerics import abs_sq, safe_norm, widen
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation, stateless, stateless_with_params
@@ -14,7 +15,8 @@ from ..tree import norm
 
 
 def _stateless(update_leaves) -> GradientTransformation:
-    return stateless(lambda updates, params: update_leaves(updates))
+    # registered as a clip: `gradtx.with_metrics` reports the fraction of the norm it removes
+    return register(stateless(lambda updates, params: update_leaves(updates)), "clip")
 
 
 def _shrink_factor(size: jax.Array, limit: ArrayLike) -> jax.Array:
@@ -271,7 +273,7 @@ def adaptive_grad_clip(
         limit = clipping * jnp.maximum(_unitwise_norm32(p, axis, who), eps)
         return unitwise_clip(g_norm, limit.astype(g_norm.dtype), g)
 
-    return stateless_with_params(who, leaf)
+    return register(stateless_with_params(who, leaf), "clip")
 
 
 __all__ = [

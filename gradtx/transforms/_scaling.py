@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_non_negative, check_positive, check_scalar, concrete
+from .._base._introspect import register
 from .._base._numerics import abs_sq, safe_increment, value_at, zero_count
 from .._base._typing import ArrayLike, ScalarOrSchedule, Schedule
 from ..core._transformation import GradientTransformation, stateless
@@ -53,7 +54,15 @@ def _scale_by_step_value(
         updates = jax.tree.map(lambda g: (factor * g).astype(g.dtype), updates)
         return updates, ScaleByScheduleState(count=safe_increment(state.count))
 
-    return GradientTransformation(init, update)
+    # `gradtx.metrics` reports the value the latest update used (Optax's inject_hyperparams
+    # convention): the schedule at count - 1, at step 0 before the first update.
+    key = "step_size" if name == "step_size_fn" else name
+
+    def report(state):
+        last = jnp.maximum(state.count - 1, 0)
+        return {key: jnp.asarray(value_at(value, last, who=who, name=name), jnp.float32)}
+
+    return register(GradientTransformation(init, update), "leaf", report=report)
 
 
 def scale_by_schedule(step_size_fn: Schedule) -> GradientTransformation:

@@ -58,6 +58,8 @@ from ._math import update_moment_per_elem_norm as update_moment_per_elem_norm
 from ._math import vdot as vdot
 from ._math import where as where
 from ._math import zeros_like as zeros_like
+from ._nonfinite import NonfiniteLocation as NonfiniteLocation
+from ._nonfinite import first_nonfinite as first_nonfinite
 from ._paths import _children, _is_tree_leaf, _key_name, _replacement, _tier
 from ._paths import assert_same_structure as assert_same_structure
 from ._paths import map_with_path as map_with_path
@@ -69,6 +71,7 @@ from ._patterns import match as match
 
 __all__ = [
     "NamedTupleKey",
+    "NonfiniteLocation",
     "add",
     "add_scale",
     "allclose",
@@ -82,6 +85,7 @@ __all__ = [
     "conj",
     "div",
     "dtype",
+    "first_nonfinite",
     "full_like",
     "get",
     "get_all_with_path",

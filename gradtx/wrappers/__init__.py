@@ -25,6 +25,7 @@ from ._conditional import skip_not_finite as skip_not_finite
 from ._ema import EmaState as EmaState
 from ._ema import ema as ema
 from ._ema import measure_with_ema as measure_with_ema
+from ._finite import ApplyIfFiniteLocatedState as ApplyIfFiniteLocatedState
 from ._finite import ApplyIfFiniteState as ApplyIfFiniteState
 from ._finite import apply_if_finite as apply_if_finite
 from ._inject import InjectHyperparamsState as InjectHyperparamsState
@@ -55,11 +56,14 @@ from ._project import l2_ball as l2_ball
 from ._project import non_negative as non_negative
 from ._project import project as project
 from ._selective import selective_transform as selective_transform
+from ._spikes import SkipOnSpikesState as SkipOnSpikesState
+from ._spikes import skip_on_spikes as skip_on_spikes
 
 __all__ = [
     "AccumulateState",
     "ApplyEvery",
     "ApplyEveryState",
+    "ApplyIfFiniteLocatedState",
     "ApplyIfFiniteState",
     "ConditionFn",
     "ConditionallyMaskState",
@@ -78,6 +82,7 @@ __all__ = [
     "MultiTransformState",
     "PartitionState",
     "ShouldSkipUpdateFunction",
+    "SkipOnSpikesState",
     "StatefulSchedule",
     "WrappedSchedule",
     "WrappedScheduleState",
@@ -107,4 +112,5 @@ __all__ = [
     "selective_transform",
     "skip_large_updates",
     "skip_not_finite",
+    "skip_on_spikes",
 ]

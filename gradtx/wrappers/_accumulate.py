@@ -45,6 +45,7 @@ from .._base._typing import ArrayLike, OptState, Params, Updates
 from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
 from ..state._buffers import check_float_dtype
 from ..tree import assert_same_structure, cast_like, zeros_like
+from ._common import wrapping
 
 
 class AccumulateState(NamedTuple):
@@ -207,7 +208,14 @@ def accumulate_k_steps(
             micro_step, grad_sum, inner_state, gradient_step, skip_state
         )
 
-    return GradientTransformation(init, update)
+    return wrapping(GradientTransformation(init, update), tx, report=_accumulation_report)
+
+
+def _accumulation_report(state: Any) -> dict[str, jax.Array]:
+    """What `gradtx.metrics` shows of an accumulation state: the micro-steps of the current
+    cycle and the inner steps taken."""
+    micro = state.micro_step if hasattr(state, "micro_step") else state.mini_step
+    return {"micro_step": micro, "gradient_step": state.gradient_step}
 
 
 def _check_skip(who: str, skip: Any) -> jax.Array:
@@ -412,7 +420,12 @@ class MultiSteps:
 
     def gradient_transformation(self) -> GradientTransformation:
         """`init` and `update` as a `GradientTransformation`."""
-        return GradientTransformation(self.init, self.update)
+        return wrapping(
+            GradientTransformation(self.init, self.update),
+            self._opt,
+            "inner_opt_state",
+            report=_accumulation_report,
+        )
 
 
 __all__ = [

@@ -21,6 +21,7 @@ from ..transforms._tier import (
 )
 from ..transforms._tier import ema as _ema
 from ..tree import assert_same_structure, map_split
+from ._common import wrapping
 
 
 class EmaParamsState(NamedTuple):
@@ -249,7 +250,7 @@ def lookahead(
             steps_since_sync=steps, slow=state.slow, inner_state=inner_state
         )
 
-    return GradientTransformation(init, update)
+    return wrapping(GradientTransformation(init, update), tx)
 
 
 __all__ = ["EmaParamsState", "LookaheadParams", "LookaheadState", "ema_params", "lookahead"]

@@ -9,8 +9,57 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
+import jax.numpy as jnp
+from jax.tree_util import GetAttrKey
+
 from .._base._checks import error_context
+from .._base._introspect import inherit, register
+from .._base._numerics import cond
 from ..core._transformation import GradientTransformation
+from ..tree import cast_like
+
+
+def wrapping(
+    tx: GradientTransformation, inner: Any, field: str = "inner_state", report: Any = None
+) -> GradientTransformation:
+    """Register `tx` as a wrapper of `inner`, whose state is `tx`'s state field `field`, for
+    `gradtx.metrics` (which then sees inner schedules and counters); return `tx`."""
+    return register(tx, "wrapper", children=[((GetAttrKey(field),), inner)], report=report)
+
+
+def run_or_skip(
+    who: str,
+    apply: Any,
+    inner_update: Any,
+    updates: Any,
+    inner_state: Any,
+    params: Any,
+    extra_args: dict[str, Any],
+) -> tuple[Any, Any]:
+    """The inner update where `apply` holds; else zero updates and the inner state as it was
+    (bit for bit). A `lax.cond` under a tracer, a plain branch eagerly."""
+
+    def run(inner_state):
+        with error_context(who):
+            out, inner_state = inner_update(updates, inner_state, params, **extra_args)
+        # both branches of the cond must agree on dtypes: updates keep the gradients' dtype
+        return cast_like(out, updates), inner_state
+
+    def skip(inner_state):
+        return jax.tree.map(jnp.zeros_like, updates), inner_state
+
+    return cond(apply, run, skip, inner_state)
+
+
+def injected_report(state: Any) -> dict[str, Any]:
+    """The injected hyperparameters of an `inject_hyperparams` state that are scalars (the
+    values its latest update used), for `gradtx.metrics`."""
+    return {
+        name: value
+        for name, value in state.hyperparams.items()
+        if getattr(value, "shape", None) == () or isinstance(value, int | float)
+    }
 
 
 def errors_named(who: str, tx: GradientTransformation) -> GradientTransformation:
@@ -25,4 +74,4 @@ def errors_named(who: str, tx: GradientTransformation) -> GradientTransformation
         with error_context(who):
             return tx.update(updates, state, params, **extra_args)
 
-    return GradientTransformation(init, update)
+    return inherit(GradientTransformation(init, update), tx)

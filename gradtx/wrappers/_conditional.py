@@ -16,6 +16,7 @@ from ..core._transformation import GradientTransformation, _as_transformation
 from ..core._transformation import forward_extra_args as _accepting_extra_args
 from ..tree import cast_like
 from ..tree import norm as tree_norm
+from ._common import wrapping
 
 
 class ConditionFn(Protocol):
@@ -92,7 +93,7 @@ def _conditional(who: str, inner, should_transform_fn, forward_extra_args: bool,
             new_updates, inner_state = (run if bool(cond) else skip)(state.inner_state)
         return new_updates, state_cls(inner_state=inner_state, step=safe_increment(state.step))
 
-    return GradientTransformation(init, update)
+    return wrapping(GradientTransformation(init, update), inner)
 
 
 def conditionally_transform(

@@ -10,9 +10,11 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import error_context, expect_state
+from .._base._introspect import register
 from .._base._numerics import safe_increment, zero_count
 from .._base._typing import OptState
 from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
+from ._common import injected_report
 from ._inject_kinds import (
     _is_stateful_schedule,
     _kind,
@@ -192,7 +194,9 @@ def inject_hyperparams(
                 count=safe_increment(state.count), hyperparams=values, inner_state=inner_state
             )
 
-        return GradientTransformation(init, update)
+        # the inner transformation is rebuilt from the state's values at every step, so
+        # `gradtx.metrics` reads the injected values (those used by the latest update) only
+        return register(GradientTransformation(init, update), "wrapper", report=injected_report)
 
     wrapped.__name__ = f"inject_hyperparams({factory_name})"
     wrapped.__doc__ = f"`{factory_name}` with its numeric hyperparameters kept in the state."

@@ -10,9 +10,11 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import error_context, expect_state
+from .._base._introspect import register
 from .._base._numerics import safe_increment, zero_count
 from .._base._typing import ArrayLike, OptState, Schedule
 from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
+from ._common import injected_report
 from ._inject_kinds import _kind, _plain, _stored_dtype, check_argument_names, check_factory
 
 ScheduleState = Any  # whatever a stateful schedule keeps (a pytree of arrays)
@@ -255,7 +257,7 @@ def inject_stateful_hyperparams(
                 inner_state=inner_state,
             )
 
-        return GradientTransformation(init, update)
+        return register(GradientTransformation(init, update), "wrapper", report=injected_report)
 
     wrapped.__name__ = f"inject_stateful_hyperparams({factory_name})"
     wrapped.__doc__ = (

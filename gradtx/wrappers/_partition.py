@@ -20,8 +20,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.tree_util import DictKey, GetAttrKey
 
 from .._base._checks import HyperparameterError, did_you_mean, error_context, expect_state
+from .._base._introspect import register
 from .._base._typing import OptState
 from ..core._transformation import (
     EmptyState,
@@ -40,6 +42,7 @@ from ..tree._patterns import (
     resolve_mask_prefix,
     resolve_rules,
 )
+from ._common import wrapping
 
 
 class MaskedState(NamedTuple):
@@ -322,7 +325,11 @@ def multi_transform(
         merged = jax.tree.map(lambda lab, *us: us[index[lab]], per_leaf, *outs)
         return merged, PartitionState(inner_states=states)
 
-    return GradientTransformation(init, update)
+    return register(
+        GradientTransformation(init, update),
+        "wrapper",
+        children=[((GetAttrKey("inner_states"), DictKey(label)), t) for label, t in txs.items()],
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -379,7 +386,7 @@ def masked(
         u, inner = _run_on(who, update_fn, keep, updates, state.inner_state, params, extra_args)
         return _merged(keep, u, updates), MaskedState(inner_state=inner)
 
-    return GradientTransformation(init, update)
+    return wrapping(GradientTransformation(init, update), tx)
 
 
 def freeze(
@@ -442,7 +449,7 @@ def freeze(
         zeros = jax.tree.map(jnp.zeros_like, updates)
         return _merged(keep, u, zeros), MaskedState(inner_state=inner)
 
-    return GradientTransformation(init, update)
+    return wrapping(GradientTransformation(init, update), tx)
 
 
 # --------------------------------------------------------------------------------------------
@@ -544,7 +551,7 @@ def lr_multipliers(
         )
         return scaled, MaskedState(inner_state=inner)
 
-    return GradientTransformation(init, update)
+    return wrapping(GradientTransformation(init, update), tx)
 
 
 def scale_gradient_by(

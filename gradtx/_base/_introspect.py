@@ -1,0 +1,195 @@
+"""What a transformation is made of, for the tools that look inside a running optimizer
+(`gradtx.metrics`, `gradtx.with_metrics`).
+
+A `GradientTransformation` is a NamedTuple of two functions and carries no metadata, and a
+state says only part of what a transformation does (a schedule's state is its step count, not
+the schedule). So the combinators (`chain`, the wrappers) and the transforms whose value is not
+in their state register a `Node` here when they are built: a side table keyed by the
+transformation's `update` function, held weakly. Nothing is added to any state, so states,
+checkpoints and Optax interoperability are unchanged; a transformation that registers nothing
+(an Optax one, a hand-written one) is simply opaque: its state's counters are still found.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from jax import tree_util as jtu
+
+#: kinds of node: "chain" (children applied in order, the state a tuple or dict of theirs),
+#: "wrapper" (one or more inner transformations whose states sit at the given key paths),
+#: "clip" (a clipping transform: `with_metrics` measures how much it removes), "leaf" (a
+#: transform whose `report` gives values its state does not hold, e.g. a learning rate).
+KINDS = ("chain", "wrapper", "clip", "leaf")
+
+Report = Callable[[Any], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Node:
+    """The registered description of one transformation.
+
+    Attributes:
+      kind: one of `KINDS`.
+      children: `(key_path, transformation)` pairs: where in this transformation's state the
+        inner transformation's state is (a tuple of `jax.tree_util` keys), and the inner one.
+      report: `state -> {name: scalar array}`, the values worth logging that are computed from
+        the state (a schedule's current value, a wrapper's counters); traceable (no host work).
+    """
+
+    kind: str
+    children: tuple[tuple[tuple[Any, ...], Any], ...] = ()
+    report: Report | None = None
+
+
+_NODES: weakref.WeakKeyDictionary[Any, Node] = weakref.WeakKeyDictionary()
+
+
+def register(
+    tx: Any,
+    kind: str,
+    *,
+    children: Sequence[tuple[tuple[Any, ...], Any]] = (),
+    report: Report | None = None,
+) -> Any:
+    """Record what `tx` is made of (see `Node`) and return `tx` unchanged."""
+    if kind not in KINDS:
+        raise ValueError(f"register: kind must be one of {KINDS}, got {kind!r}")
+    _NODES[tx.update] = Node(kind, tuple(children), report)
+    return tx
+
+
+def inherit(new: Any, old: Any) -> Any:
+    """Give `new` (a re-wrapping of `old`: same state, same arithmetic, e.g. with errors
+    renamed) `old`'s registered node and runner; return `new`."""
+    node = _NODES.get(old.update)
+    runner = _RUNNERS.get(old.update)
+    if node is not None:
+        _NODES[new.update] = node
+    if runner is not None:
+        _RUNNERS[new.update] = runner
+    return new
+
+
+def node_of(tx: Any) -> Node | None:
+    """The registered `Node` of `tx`, or None when `tx` registered nothing."""
+    update = getattr(tx, "update", None)
+    if update is None:
+        return None
+    return _NODES.get(update)
+
+
+def at_path(state: Any, key_path: tuple[Any, ...]) -> Any:
+    """The part of `state` at `key_path` (a tuple of `jax.tree_util` keys)."""
+    node = state
+    for key in key_path:
+        if isinstance(key, jtu.GetAttrKey):
+            node = getattr(node, key.name)
+        elif isinstance(key, jtu.SequenceKey):
+            node = node[key.idx]
+        elif isinstance(key, jtu.DictKey):
+            node = node[key.key]
+        else:
+            raise TypeError(f"at_path: unsupported key {key!r}")
+    return node
+
+
+def walk(tx: Any, state: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple, Any, Any]]:
+    """Every registered transformation inside `tx` (itself first, then depth first), as
+    `(state key path, node, its state)`. Unregistered transformations are not entered."""
+    node = node_of(tx)
+    if node is None:
+        return
+    yield path, node, state
+    for key_path, child in node.children:
+        yield from walk(child, at_path(state, key_path), (*path, *key_path))
+
+
+# -- running a chain's links, optionally observed --------------------------------------------------
+
+Observe = Callable[[tuple[Any, ...], Any, Any, Any], None]
+
+
+def run_links(
+    links: Sequence[tuple[Any, Any, Callable[..., Any]]],
+    state: Any,
+    updates: Any,
+    params: Any,
+    extra_args: dict[str, Any],
+    *,
+    path: tuple[Any, ...] = (),
+    observe: Observe | None = None,
+) -> tuple[Any, dict[Any, Any]]:
+    """Apply a chain's links in order: `links` are `(key, transformation, update_fn)` with
+    `key` a `SequenceKey` or `DictKey` into `state` and `update_fn` the transformation's update
+    accepting any extra arguments. Returns the updates and `{key: new inner state}`.
+
+    With `observe`, each link registered as a chain is run the same way (so nested chains are
+    observed too) and `observe(key_path, link's transformation, updates before, updates after)`
+    is called after every link (used by `with_metrics` to measure what clipping removes). The
+    arithmetic is the same either way.
+    """
+    new: dict[Any, Any] = {}
+    for key, tx, fn in links:
+        inner = at_path(state, (key,))
+        if observe is None:
+            updates, new[key] = fn(updates, inner, params, **extra_args)
+            continue
+        before = updates
+        if _runner_of(tx) is not None:
+            updates, new[key] = observed_update(
+                tx, updates, inner, params, extra_args, path=(*path, key), observe=observe
+            )
+        else:
+            updates, new[key] = fn(updates, inner, params, **extra_args)
+        observe((*path, key), tx, before, updates)
+    return updates, new
+
+
+_RUNNERS: weakref.WeakKeyDictionary[Any, Callable[..., Any]] = weakref.WeakKeyDictionary()
+
+
+def register_runner(tx: Any, runner: Callable[..., Any]) -> None:
+    """Record how to run the chain `tx` observed: `runner(updates, state, params, extra_args,
+    path, observe) -> (updates, state)`."""
+    _RUNNERS[tx.update] = runner
+
+
+def _runner_of(tx: Any) -> Callable[..., Any] | None:
+    update = getattr(tx, "update", None)
+    return None if update is None else _RUNNERS.get(update)
+
+
+def observed_update(
+    tx: Any,
+    updates: Any,
+    state: Any,
+    params: Any,
+    extra_args: dict[str, Any],
+    *,
+    path: tuple[Any, ...] = (),
+    observe: Observe,
+) -> tuple[Any, Any]:
+    """`tx.update(updates, state, params, **extra_args)`, with every link of `tx` (when it is a
+    registered chain, recursively) reported to `observe` (see `run_links`)."""
+    runner = _runner_of(tx)
+    if runner is None:
+        return tx.update(updates, state, params, **extra_args)
+    return runner(updates, state, params, extra_args, path, observe)
+
+
+__all__ = [
+    "KINDS",
+    "Node",
+    "at_path",
+    "inherit",
+    "node_of",
+    "observed_update",
+    "register",
+    "register_runner",
+    "run_links",
+    "walk",
+]

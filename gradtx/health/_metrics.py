@@ -1,0 +1,366 @@
+"""Metrics from every update: `metrics(tx, state)` reads a flat dict of scalars out of any
+optimizer state, and `with_metrics(tx)` adds what a state does not hold by itself: the global
+gradient and update norms, the fraction clipping removed and, per leaf or per pattern group, the
+norms of gradients, updates and moments and the update/param ratios."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import tree_util as jtu
+
+from .._base._checks import error_context, expect_state
+from .._base._introspect import node_of, observed_update, register, walk
+from .._base._typing import OptState, Params, PyTree
+from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
+from ..tree import NonfiniteLocation, match, path_str
+from ..tree import norm as tree_norm
+
+_STEP_NAMES = ("count", "gradient_step", "step")
+
+
+class WithMetricsState(NamedTuple):
+    """State of `with_metrics`: the measurements of the latest update and the inner state."""
+
+    grad_norm: jax.Array  # float32: global L2 norm of the gradients the latest update received
+    update_norm: jax.Array  # float32: global L2 norm of the updates it returned
+    clip_fraction: dict[str, jax.Array]  # clip's state path -> 1 - |after| / |before|
+    per_leaf: dict[str, jax.Array]  # "grad_norm/<leaf or group>", ... (empty by default)
+    inner_state: OptState
+
+
+def _norm32(x: jax.Array) -> jax.Array:
+    x = jnp.asarray(x)
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        x = jnp.abs(x)
+    x = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+    return jnp.sqrt(jnp.sum(jnp.square(x))).astype(jnp.float32)
+
+
+def _global_norm(tree: PyTree) -> jax.Array:
+    return jnp.asarray(tree_norm(tree), jnp.float32)
+
+
+# -- the layout, fixed at init ---------------------------------------------------------------
+
+
+def _groups(who: str, per_leaf: Any, params: Params) -> dict[str, list[int]] | None:
+    """Leaf indices per key: one group per leaf (`per_leaf=True`), one per pattern, or None."""
+    if per_leaf is False:
+        return None
+    paths = [path_str(p) for p, _ in jtu.tree_flatten_with_path(params)[0]]
+    if per_leaf is True:
+        return {p or "<root>": [i] for i, p in enumerate(paths)}
+    if isinstance(per_leaf, str):
+        patterns: dict[str, Any] = {per_leaf: per_leaf}
+    elif isinstance(per_leaf, Mapping):
+        patterns = dict(per_leaf)
+    else:
+        patterns = {str(p): p for p in per_leaf}
+    groups = {}
+    for name, pattern in patterns.items():
+        chosen = jax.tree.leaves(match(pattern, params, strict=True))
+        groups[str(name)] = [i for i, keep in enumerate(chosen) if keep]
+    return groups
+
+
+def _clip_paths(tx: Any, path: tuple = ()) -> list[tuple]:
+    """The state paths of the clipping links that `observed_update` reaches (links of chains,
+    recursively), in order."""
+    node = node_of(tx)
+    if node is None:
+        return []
+    if node.kind == "clip":
+        return [path]
+    if node.kind != "chain":
+        return []
+    out = []
+    for key_path, child in node.children:
+        out += _clip_paths(child, (*path, *key_path))
+    return out
+
+
+def _moments(inner_state: OptState, params: Params) -> dict[str, tuple]:
+    """Parameter-shaped parts of the inner state (moments, traces, slots) by role name: the last
+    named key of their state path (`mu`, `nu`), or the whole path where a role repeats."""
+    treedef = jax.tree.structure(params)
+    if treedef.num_leaves <= 1:  # a bare array: every scalar would look parameter-shaped
+        return {}
+    shapes = [jnp.shape(x) for x in jax.tree.leaves(params)]
+
+    def is_moment(node: Any) -> bool:
+        if jax.tree.structure(node) != treedef:
+            return False
+        return [jnp.shape(x) for x in jax.tree.leaves(node)] == shapes
+
+    found = [path for path, _ in jtu.tree_flatten_with_path(inner_state, is_leaf=is_moment)[0]]
+    found = [p for p in found if is_moment(_at(inner_state, p))]
+    roles = [path_str(p[-1:]) if p else "state" for p in found]
+    out = {}
+    for path, role in zip(found, roles, strict=True):
+        out[role if roles.count(role) == 1 else path_str(path) or role] = path
+    return out
+
+
+def _at(tree: Any, path: tuple) -> Any:
+    for key in path:
+        if isinstance(key, jtu.GetAttrKey):
+            tree = getattr(tree, key.name)
+        elif isinstance(key, jtu.SequenceKey):
+            tree = tree[key.idx]
+        else:
+            tree = tree[key.key]
+    return tree
+
+
+def with_metrics(
+    tx: GradientTransformation,
+    *,
+    per_leaf: bool | str | Sequence[str] | Mapping[str, str | Sequence[str]] = False,
+) -> GradientTransformation:
+    r"""`tx`, measuring every update inside the same jitted step; read with `gradtx.metrics`.
+
+    The updates and the inner state are exactly `tx`'s; the state also holds, for the latest
+    update (float32 scalars):
+
+    - `grad_norm` :math:`\lVert g\rVert_2` and `update_norm` :math:`\lVert u\rVert_2`, global;
+    - `clip_fraction` for each clipping link of the chain (`clip_by_global_norm`, `clip`,
+      `clip_by_block_rms`, `adaptive_grad_clip`, `clip_by_history`, ...; links of nested
+      chains too): :math:`1 - \lVert \mathrm{after}\rVert / \lVert \mathrm{before}\rVert`, the
+      fraction of the norm it removed (0 when it did not clip);
+    - with `per_leaf`, per parameter leaf (or per pattern group) keyed by its path:
+      `grad_norm/<p>`, `update_norm/<p>`, `update_param_ratio/<p>`
+      (:math:`\lVert u_p\rVert / \lVert \theta_p\rVert`, with the params before the update;
+      `inf` for an all-zero parameter with a non-zero update, e.g. a zero-initialised bias on
+      its first step) and
+      `<role>_norm/<p>` for every parameter-shaped buffer of the inner state (`mu_norm`,
+      `nu_norm`, `trace_norm`, ...; quantized buffers are not parameter-shaped and are left out).
+      Norms of a group are over all its leaves together.
+
+    Args:
+      tx: the optimizer to measure (any transformation; clipping is found inside gradtx chains).
+      per_leaf: False (global metrics only), True (every leaf), or glob pattern(s) of gradtx's
+        pattern language (`"**/kernel"`, a list of them, or a dict from group name to
+        pattern(s)); each pattern must match a leaf.
+
+    Returns:
+      A `GradientTransformation` with state `WithMetricsState(grad_norm, update_norm,
+      clip_fraction, per_leaf, inner_state)`; per-leaf mode needs `params` in `update`.
+
+    Example:
+      >>> import jax.numpy as jnp, gradtx
+      >>> tx = gradtx.with_metrics(
+      ...     gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.sgd(0.1)), per_leaf=True
+      ... )
+      >>> params = {"w": jnp.ones(2), "b": jnp.zeros(2)}
+      >>> grads = {"w": jnp.array([3.0, 4.0]), "b": jnp.zeros(2)}
+      >>> _, state = tx.update(grads, tx.init(params), params)
+      >>> m = gradtx.metrics(tx, state)
+      >>> float(m["grad_norm"]), round(float(m["clip_fraction"]), 3), float(m["grad_norm/w"])
+      (5.0, 0.8, 5.0)
+    """
+    who = "with_metrics"
+    tx = _as_transformation(tx, who, "tx")
+    if not isinstance(per_leaf, bool | str | Mapping | Sequence):
+        raise TypeError(
+            f"{who}: per_leaf must be True, False, a glob pattern, a list of patterns or a dict "
+            f"from group name to pattern(s), got {type(per_leaf).__name__}"
+        )
+    inner_update = forward_extra_args(tx.update)
+    clips = _clip_paths(tx)
+    clip_keys = {path: path_str(path) or "<root>" for path in clips}
+
+    def init(params):
+        with error_context(who):
+            inner_state = tx.init(params)
+            groups = _groups(who, per_leaf, params)
+
+        def zero():  # one buffer per field: a donated state must not alias its leaves
+            return jnp.zeros([], jnp.float32)
+
+        leaf_metrics: dict[str, jax.Array] = {}
+        if groups is not None:
+            kinds = ["grad_norm", "update_norm", "update_param_ratio"]
+            kinds += [f"{role}_norm" for role in _moments(inner_state, params)]
+            leaf_metrics = {f"{k}/{g}": zero() for k in kinds for g in groups}
+        return WithMetricsState(
+            grad_norm=zero(),
+            update_norm=zero(),
+            clip_fraction={key: zero() for key in clip_keys.values()},
+            per_leaf=leaf_metrics,
+            inner_state=inner_state,
+        )
+
+    def update(updates, state, params=None, **extra_args):
+        expect_state(who, state, WithMetricsState)
+        clipped: dict[str, jax.Array] = {}
+
+        def observe(path, link, before, after):
+            if path in clip_keys:
+                b, a = _global_norm(before), _global_norm(after)
+                frac = jnp.where(b > 0, 1.0 - a / jnp.where(b > 0, b, 1.0), 0.0)
+                clipped[clip_keys[path]] = jnp.clip(frac, 0.0, 1.0).astype(jnp.float32)
+
+        with error_context(who):
+            if () in clip_keys:  # tx itself is a clip
+                new_updates, inner_state = inner_update(
+                    updates, state.inner_state, params, **extra_args
+                )
+                observe((), tx, updates, new_updates)
+            else:
+                new_updates, inner_state = observed_update(
+                    tx, updates, state.inner_state, params, extra_args, observe=observe
+                )
+        leaf_metrics: dict[str, jax.Array] = {}
+        if state.per_leaf:
+            if params is None:
+                raise ValueError(
+                    f"{who}: per_leaf metrics include update/param ratios, so update needs "
+                    "params; pass them: update(updates, state, params)"
+                )
+            leaf_metrics = _per_leaf(who, per_leaf, updates, new_updates, params, inner_state)
+            if set(leaf_metrics) != set(state.per_leaf):
+                raise ValueError(
+                    f"{who}: the per-leaf metrics changed from {sorted(state.per_leaf)} at init "
+                    f"to {sorted(leaf_metrics)}; call update with the params' tree given to init"
+                )
+        return new_updates, WithMetricsState(
+            grad_norm=_global_norm(updates),
+            update_norm=_global_norm(new_updates),
+            clip_fraction={
+                key: clipped.get(key, state.clip_fraction[key]) for key in clip_keys.values()
+            },
+            per_leaf=leaf_metrics,
+            inner_state=inner_state,
+        )
+
+    def report(state):
+        out: dict[str, jax.Array] = {
+            "grad_norm": state.grad_norm,
+            "update_norm": state.update_norm,
+        }
+        # sorted: JAX rebuilds these dicts with sorted keys (a state out of `jit`), and init
+        # and update build them in different orders, so sort for one order everywhere
+        fractions = state.clip_fraction
+        for key in sorted(fractions):
+            out["clip_fraction" if len(fractions) == 1 else f"clip_fraction/{key}"] = fractions[key]
+        for key in sorted(state.per_leaf):
+            out[key] = state.per_leaf[key]
+        return out
+
+    return register(
+        GradientTransformation(init, update),
+        "wrapper",
+        children=[((jtu.GetAttrKey("inner_state"),), tx)],
+        report=report,
+    )
+
+
+def _per_leaf(who, per_leaf, grads, updates, params, inner_state) -> dict[str, jax.Array]:
+    groups = _groups(who, per_leaf, params)
+    assert groups is not None
+    g = jax.tree.leaves(grads)
+    u = jax.tree.leaves(updates)
+    p = jax.tree.leaves(params)
+    trees = {"grad_norm": g, "update_norm": u}
+    for role, path in _moments(inner_state, params).items():
+        trees[f"{role}_norm"] = jax.tree.leaves(_at(inner_state, path))
+    sq = {k: [jnp.square(_norm32(x)) for x in leaves] for k, leaves in trees.items()}
+    p_sq = [jnp.square(_norm32(x)) for x in p]
+    out: dict[str, jax.Array] = {}
+    zero = jnp.zeros([], jnp.float32)
+    for name, idx in groups.items():
+        for kind, squares in sq.items():
+            out[f"{kind}/{name}"] = jnp.sqrt(sum((squares[i] for i in idx), zero))
+        un = out[f"update_norm/{name}"]
+        pn = jnp.sqrt(sum((p_sq[i] for i in idx), zero))
+        ratio = jnp.where(pn > 0, un / jnp.where(pn > 0, pn, 1.0), jnp.where(un > 0, jnp.inf, 0.0))
+        out[f"update_param_ratio/{name}"] = ratio.astype(jnp.float32)
+    return out
+
+
+# -- reading ---------------------------------------------------------------------------------------
+
+
+def _step(state: OptState) -> jax.Array | None:
+    """The outermost integer scalar counter of the state (`count`, `gradient_step`, `step`)."""
+    best, depth = None, None
+    leaves = jtu.tree_flatten_with_path(state, is_leaf=lambda x: isinstance(x, NonfiniteLocation))[
+        0
+    ]
+    for key_path, leaf in leaves:
+        if isinstance(leaf, NonfiniteLocation) or not key_path:
+            continue
+        last = key_path[-1]
+        name = getattr(last, "name", getattr(last, "key", None))
+        if name not in _STEP_NAMES or jnp.shape(leaf) != ():
+            continue
+        if not jnp.issubdtype(jnp.result_type(leaf), jnp.integer):
+            continue
+        if depth is None or len(key_path) < depth:
+            best, depth = leaf, len(key_path)
+    return best
+
+
+def metrics(tx: GradientTransformation, state: OptState) -> dict[str, jax.Array]:
+    """A flat dict of scalar metrics of an optimizer and its current state, with stable keys.
+
+    Computed from the state alone (pure and traceable: call it inside the jitted step, or on
+    the state it returned), for any transformation built from gradtx's combinators:
+
+    - `step`: the outermost step counter (`count`, or `gradient_step`, the inner steps taken,
+      under gradient accumulation);
+    - the current value of every schedule and learning rate of the chain, as used by the latest
+      update (`learning_rate`, `step_size`; no `inject_hyperparams` needed) and of every injected
+      hyperparameter;
+    - the counters of the wrappers: `notfinite_count` / `total_notfinite` (and the located leaf's
+      `nonfinite_index`, see `first_nonfinite`) of `apply_if_finite`, the skips of
+      `skip_on_spikes`, `micro_step` / `gradient_step` of gradient accumulation, the threshold of
+      `clip_by_history`;
+    - with `with_metrics`: `grad_norm`, `update_norm`, `clip_fraction` and the per-leaf metrics.
+
+    A name found once is the key as is (`learning_rate`); a name found in several places is
+    keyed by each place's state path (`0/learning_rate`, `opt/2/learning_rate`). Keys depend on
+    the optimizer's structure only, never on values, so they are the same at every step and
+    after a checkpoint is restored. An Optax transformation (or a hand-written one) inside the
+    chain is opaque: only its state's step counter is seen.
+
+    Args:
+      tx: the optimizer that made `state`.
+      state: its state (concrete, or traced inside `jit`).
+
+    Returns:
+      `dict[str, jax.Array]` of scalars, in a fixed order.
+
+    Example:
+      >>> import jax.numpy as jnp, gradtx
+      >>> tx = gradtx.adamw(gradtx.schedules.linear_schedule(1.0, 0.0, 10))
+      >>> params = {"w": jnp.zeros(2)}
+      >>> state = tx.init(params)
+      >>> for _ in range(3):
+      ...     _, state = tx.update({"w": jnp.ones(2)}, state, params)
+      >>> {k: round(float(v), 3) for k, v in gradtx.metrics(tx, state).items()}
+      {'step': 3.0, 'learning_rate': 0.8}
+    """
+    tx = _as_transformation(tx, "metrics", "tx")
+    entries: list[tuple[tuple, str, Any]] = []
+    for path, node, node_state in walk(tx, state):
+        if node.report is not None:
+            entries += [(path, name, value) for name, value in node.report(node_state).items()]
+    names = [name for _, name, _ in entries]
+    out: dict[str, jax.Array] = {}
+    step = _step(state)
+    if step is not None:
+        out["step"] = jnp.asarray(step)
+    for path, name, value in entries:
+        key = name if names.count(name) == 1 or not path else f"{path_str(path)}/{name}"
+        while key in out:  # two nodes at one state path (a wrapper sharing its inner's state)
+            key = f"{key}'"
+        out[key] = jnp.asarray(value)
+    return out
+
+
+__all__ = ["WithMetricsState", "metrics", "with_metrics"]
