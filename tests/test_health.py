@@ -628,3 +628,36 @@ def test_with_metrics_state_can_be_donated():
 
     state = step(params, state)
     assert float(gradtx.metrics(tx, state)["grad_norm"]) == pytest.approx(np.sqrt(7.0))
+
+
+def test_clip_fraction_of_measured_and_stateful_clips():
+    # an element-wise clip is measured (1 - |after| / |before|); clip_by_history reports one
+    # minus the factor it applied; both as NumPy says, in one chain
+    tx = gradtx.with_metrics(
+        gradtx.chain(
+            gradtx.clip(0.5),
+            gradtx.clip_by_history(window=4, warmup=2, sigma_factor=0.0),
+            gradtx.sgd(0.1),
+        )
+    )
+    params = {"a": jnp.zeros(3), "b": jnp.zeros(2)}
+    grads = [
+        {"a": jnp.array([0.1, 0.2, 0.3]), "b": jnp.array([0.1, -0.1])},
+        {"a": jnp.array([0.2, 0.1, 0.3]), "b": jnp.array([0.2, 0.1])},
+        {"a": jnp.array([2.0, -3.0, 0.4]), "b": jnp.array([0.3, 5.0])},
+    ]
+    state = tx.init(params)
+    history = []
+    for g in grads:
+        _, state = tx.update(g, state, params)
+        m = gradtx.metrics(tx, state)
+        flat = np.concatenate([np.asarray(g["a"]), np.asarray(g["b"])]).astype(np.float64)
+        clipped = np.clip(flat, -0.5, 0.5)
+        want_elementwise = 1.0 - np.linalg.norm(clipped) / np.linalg.norm(flat)
+        threshold = np.mean(history) if len(history) >= 2 else np.inf
+        n = np.linalg.norm(clipped)
+        want_history = 0.0 if n <= threshold else 1.0 - threshold / n
+        history.append(n)
+        np.testing.assert_allclose(float(m["clip_fraction/0"]), want_elementwise, atol=1e-6)
+        np.testing.assert_allclose(float(m["clip_fraction/1"]), want_history, atol=1e-6)
+    assert float(m["clip_fraction/0"]) > 0 and float(m["clip_fraction/1"]) > 0

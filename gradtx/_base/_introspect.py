@@ -38,11 +38,15 @@ class Node:
         inner transformation's state is (a tuple of `jax.tree_util` keys), and the inner one.
       report: `state -> {name: scalar array}`, the values worth logging that are computed from
         the state (a schedule's current value, a wrapper's counters); traceable (no host work).
+      removed: for a clip, `(updates before, its new state) -> the fraction of the global norm
+        it removed`, when that is known without measuring the clipped updates (a global-norm
+        clip: one minus its factor, from the norm it computes anyway); None to measure.
     """
 
     kind: str
     children: tuple[tuple[tuple[Any, ...], Any], ...] = ()
     report: Report | None = None
+    removed: Callable[[Any, Any], Any] | None = None
 
 
 _NODES: weakref.WeakKeyDictionary[Any, Node] = weakref.WeakKeyDictionary()
@@ -54,11 +58,12 @@ def register(
     *,
     children: Sequence[tuple[tuple[Any, ...], Any]] = (),
     report: Report | None = None,
+    removed: Callable[[Any, Any], Any] | None = None,
 ) -> Any:
     """Record what `tx` is made of (see `Node`) and return `tx` unchanged."""
     if kind not in KINDS:
         raise ValueError(f"register: kind must be one of {KINDS}, got {kind!r}")
-    _NODES[tx.update] = Node(kind, tuple(children), report)
+    _NODES[tx.update] = Node(kind, tuple(children), report, removed)
     return tx
 
 
@@ -110,7 +115,7 @@ def walk(tx: Any, state: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tupl
 
 # -- running a chain's links, optionally observed --------------------------------------------------
 
-Observe = Callable[[tuple[Any, ...], Any, Any, Any], None]
+Observe = Callable[[tuple[Any, ...], Any, Any, Any, Any], None]
 
 
 def run_links(
@@ -128,9 +133,9 @@ def run_links(
     accepting any extra arguments. Returns the updates and `{key: new inner state}`.
 
     With `observe`, each link registered as a chain is run the same way (so nested chains are
-    observed too) and `observe(key_path, link's transformation, updates before, updates after)`
-    is called after every link (used by `with_metrics` to measure what clipping removes). The
-    arithmetic is the same either way.
+    observed too) and `observe(key_path, link's transformation, updates before, updates after,
+    link's new state)` is called after every link (`with_metrics` measures what clipping
+    removes). The arithmetic is the same either way.
     """
     new: dict[Any, Any] = {}
     for key, tx, fn in links:
@@ -145,7 +150,7 @@ def run_links(
             )
         else:
             updates, new[key] = fn(updates, inner, params, **extra_args)
-        observe((*path, key), tx, before, updates)
+        observe((*path, key), tx, before, updates, new[key])
     return updates, new
 
 

@@ -198,18 +198,23 @@ def with_metrics(
         expect_state(who, state, WithMetricsState)
         clipped: dict[str, jax.Array] = {}
 
-        def observe(path, link, before, after):
-            if path in clip_keys:
+        def observe(path, link, before, after, link_state):
+            if path not in clip_keys:
+                return
+            node = node_of(link)
+            if node is not None and node.removed is not None:  # known without measuring
+                frac = jnp.asarray(node.removed(before, link_state), jnp.float32)
+            else:
                 b, a = _global_norm(before), _global_norm(after)
                 frac = jnp.where(b > 0, 1.0 - a / jnp.where(b > 0, b, 1.0), 0.0)
-                clipped[clip_keys[path]] = jnp.clip(frac, 0.0, 1.0).astype(jnp.float32)
+            clipped[clip_keys[path]] = jnp.clip(frac, 0.0, 1.0).astype(jnp.float32)
 
         with error_context(who):
             if () in clip_keys:  # tx itself is a clip
                 new_updates, inner_state = inner_update(
                     updates, state.inner_state, params, **extra_args
                 )
-                observe((), tx, updates, new_updates)
+                observe((), tx, updates, new_updates, inner_state)
             else:
                 new_updates, inner_state = observed_update(
                     tx, updates, state.inner_state, params, extra_args, observe=observe

@@ -180,7 +180,12 @@ def clip_by_history(
             "clip_scale": state.last_scale,
         }
 
-    return register(GradientTransformation(init, update), "clip", report=report)
+    return register(
+        GradientTransformation(init, update),
+        "clip",
+        report=report,
+        removed=lambda before, state: 1.0 - state.last_scale,
+    )
 
 
 __all__ = ["ClipByHistoryState", "clip_by_history"]

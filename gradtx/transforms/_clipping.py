@@ -113,7 +113,12 @@ def clip_by_global_norm(max_norm: ArrayLike) -> GradientTransformation:
         factor = _shrink_factor(_global_norm(updates), max_norm)
         return jax.tree.map(lambda g: (g * factor).astype(g.dtype), updates)
 
-    return _stateless(clip_all)
+    def removed(before, state):  # the norm is the one clip_all computes: XLA computes it once
+        del state
+        return 1.0 - _shrink_factor(_global_norm(before), max_norm)
+
+    tx = stateless(lambda updates, params: clip_all(updates))
+    return register(tx, "clip", removed=removed)
 
 
 def clip_by_block_rms(threshold: ArrayLike) -> GradientTransformation:
