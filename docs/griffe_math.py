@@ -5,11 +5,13 @@ well in `help()`); mkdocstrings renders Markdown. This rewrites, in every docstr
 package, a `.. math::` block into `$$ ... $$` display math (one block per blank-line separated
 equation; lines joined by `\\` are wrapped in a `gathered` or, with `&`, an `aligned`
 environment) and a :math:`x` role into `\\( x \\)`, both of which pymdownx.arithmatex passes to
-MathJax untouched. A section titled `Example:` (the house style's singular) is renamed
-`Examples:`, the title Griffe's Google parser reads as examples (`>>>` lines rendered as code,
-not as Markdown); a doctest in running text (outside such a section) becomes a `pycon` code
-block; a line or an argument's description starting with `>` (as in `>= 0`) is escaped so that it
-does not turn into a quote. It changes only the text given to the renderer, never the package.
+MathJax untouched (a role that wraps onto the next line of its paragraph is joined into one line
+first; one still open at the paragraph's end fails the build, naming the docstring). A section
+titled `Example:` (the house style's singular) is renamed `Examples:`, the title Griffe's Google
+parser reads as examples (`>>>` lines rendered as code, not as Markdown); a doctest in running
+text (outside such a section) becomes a `pycon` code block; a line or an argument's description
+starting with `>` (as in `>= 0`) is escaped so that it does not turn into a quote. It changes only
+the text given to the renderer, never the package.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import griffe
 
 _ROLE = re.compile(r":math:`([^`]*)`")
+_OPEN_ROLE = re.compile(r":math:`")  # left once the closed roles are taken out: an open one
 _DIRECTIVE = re.compile(r"^(\s*)\.\. math::\s*(.*)$")
 _EXAMPLE = re.compile(r"^(\s*)Examples?:\s*$")
 _QUOTE_LIKE = re.compile(r"^(\s*(?:\**\w+:\s+)?)>")  # a line or an argument's text starting with >
@@ -59,12 +62,19 @@ def to_markdown(doc: str) -> str:
                 i += 1
             out.extend(["", f"{indent}```pycon", *block, f"{indent}```", ""])
         elif directive:
-            i = _math_block(lines, i + 1, *directive.groups(), out)
+            i = _math_block(lines, i + 1, directive.group(1), directive.group(2), out)
         else:
+            i += 1
+            while _OPEN_ROLE.search(_ROLE.sub("", line)):  # a role wrapped onto the next line
+                if i == len(lines) or not lines[i].strip():
+                    raise ValueError(
+                        f"a :math: role is not closed in its paragraph: {line.strip()!r}"
+                    )
+                line = f"{line.rstrip()} {lines[i].strip()}"
+                i += 1
             if examples_indent is None:  # `x: >= 0` or a wrapped `>= 0`: not a Markdown quote
                 line = _QUOTE_LIKE.sub(r"\1\\>", line)
             out.append(_ROLE.sub(lambda m: f"\\( {m.group(1)} \\)", line))
-            i += 1
     return "\n".join(out)
 
 
@@ -100,6 +110,9 @@ class RstMath(griffe.Extension):
             return
         seen.add(obj.path)
         if obj.docstring is not None:
-            obj.docstring.value = to_markdown(obj.docstring.value)
+            try:
+                obj.docstring.value = to_markdown(obj.docstring.value)
+            except ValueError as error:  # fails the build, naming the docstring
+                raise ValueError(f"{obj.path}: {error}") from error
         for member in obj.members.values():
             self._walk(member, seen)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import re
 import struct
 from typing import Any
@@ -462,3 +463,28 @@ def test_checkpoint_benchmark_runs_on_a_tiny_tree(tmp_path):
     run = {"machine": {"date": "d", "cpu": "c", "cpu_count": 1, "jax": "j", "numpy": "n"}}
     text = checkpoint_markdown({**run, "quick": True, "results": [{**result, "memory": {}}]})
     assert "| tiny |" in text and "load / numpy.load" in text
+
+
+def test_inspect_state_with_the_optimizer_shows_every_schedules_current_value():
+    # without the optimizer a schedule's value is not in the state (only its count); with it,
+    # inspect_state holds gradtx.metrics: the value the latest update used, for a config's chain
+    import yaml
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    config = yaml.safe_load((root / "examples" / "configs" / "adamw_cosine.yaml").read_text())
+    tx = gradtx.from_config(config)
+    params = {"dense": {"kernel": jnp.ones((2, 3)), "bias": jnp.ones(3)}}
+    state = tx.init(params)
+    grads = jax.tree.map(jnp.ones_like, params)
+    k = int(config["accumulate"]["k"])  # micro-steps per optimizer step
+    for _ in range(3 * k):
+        _, state = tx.update(grads, state, params)
+    alone = gradtx.inspect_state(state)
+    summary = gradtx.inspect_state(state, tx)
+    assert not alone.metrics and "learning_rate" in summary.metrics
+    assert summary.hyperparam("learning_rate") == pytest.approx(
+        float(gradtx.metrics(tx, state)["learning_rate"])
+    )
+    assert "learning_rate = " in summary.table()
+    with pytest.raises(KeyError, match=r"inspect_state\(state, tx\)"):
+        alone.hyperparam("learning_rate")

@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import gradtx
@@ -101,3 +102,14 @@ def test_files_of_format_version_1_still_load_and_are_still_verified(tmp_path):
     # Saving again writes the current format.
     gradtx.save(path, gradtx.load_state_dict(template, d))
     assert split_header(path.read_bytes())[0]["__metadata__"]["version"] == io.VERSION == "2"
+
+
+def test_sum64_wraps_modulo_2_64_like_a_python_sum():
+    # the checksum is the sum of little-endian 64-bit words mod 2**64 (a last partial word
+    # zero-padded): all-0xff words overflow at every step
+    from gradtx.checkpoint._format import sum64
+
+    rng = np.random.default_rng(0)
+    for data in (b"\xff" * 8 * 9 + b"\xff\x01", rng.bytes(8 * 1000 + 5), b"", b"\x01\x02"):
+        words = [int.from_bytes(data[i : i + 8], "little") for i in range(0, len(data), 8)]
+        assert sum64(memoryview(data)) == sum(words) % (1 << 64)

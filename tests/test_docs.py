@@ -1,7 +1,9 @@
 """The documentation: the site builds strictly, its examples run, its tables match the code.
 
 - `mkdocs build --strict` succeeds (broken links, anchors and cross-references are errors), and
-  every documented API block is on the rendered reference page.
+  every documented API block is on the rendered reference page. The site works opened from disk:
+  its links name .html files, no `:math:` role is left raw, and MathJax is bundled into it when
+  the build can fetch it (docs/hooks.py), the CDN otherwise.
 - Every ```python block of every page in docs/ runs, in order, one namespace per page (as
   tests/test_readme.py does for the README). A block is skipped only when the line right before
   its fence is `<!-- docs-test: skip: REASON -->` with a reason the page shows.
@@ -14,13 +16,16 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import importlib.util
 import inspect
 import os
 import pkgutil
 import re
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pytest
 
@@ -49,9 +54,19 @@ def _blocks(page: Path) -> list[tuple[int, str, str | None]]:
 # -- the site --------------------------------------------------------------------------------------
 
 
-@pytest.mark.subprocess
-def test_site_builds_strictly(tmp_path):
-    site = tmp_path / "site"
+def _docs_module(name: str):
+    """docs/NAME.py (the site's hooks and Griffe extension), imported from its path."""
+    spec = importlib.util.spec_from_file_location(f"gradtx_docs_{name}", DOCS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The site, built once for this module's tests: (its directory, the build's log)."""
+    site = tmp_path_factory.mktemp("docs") / "site"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
@@ -63,9 +78,15 @@ def test_site_builds_strictly(tmp_path):
     )
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-5000:]
+    return site, log
+
+
+@pytest.mark.subprocess
+def test_site_builds_strictly(site):
+    site, log = site
     assert "WARNING" not in log, log[-5000:]
     # Every `::: name` block of the API reference is rendered (an anchor with its name).
-    api = (site / "api" / "index.html").read_text()
+    api = (site / "api.html").read_text()
     documented = re.findall(r"^::: (\S+)$", (DOCS / "api.md").read_text(), flags=re.MULTILINE)
     missing = [name for name in documented if f'id="{name}"' not in api]
     assert len(documented) > 300 and not missing, missing
@@ -75,7 +96,124 @@ def test_site_builds_strictly(tmp_path):
     assert api.count('class="arithmatex"') > 100
     # The benchmarks page is benchmarks/README.md, included at build time.
     readme_title = (ROOT / "benchmarks" / "README.md").read_text().splitlines()[0].lstrip("# ")
-    assert readme_title in (site / "benchmarks" / "index.html").read_text()
+    assert readme_title in (site / "benchmarks.html").read_text()
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        href = dict(attrs).get("href")
+        if tag == "a" and href is not None:
+            self.hrefs.append(href)
+
+
+@pytest.mark.subprocess
+def test_site_links_work_from_disk(site):
+    """Opened as files (file://, no server to map a folder to its index.html), every link of
+    every page, the navigation's included, names an existing .html file (or an anchor, or an
+    outside address)."""
+    site, _ = site
+    # 404.html is the page a server answers for any missing path: its links are absolute.
+    pages = sorted(p for p in site.glob("*.html") if p.name != "404.html")
+    assert len(pages) > 20 and not list(site.glob("*/index.html"))
+    nav = 0
+    for page in pages:
+        links = _Links()
+        links.feed(page.read_text())
+        for href in links.hrefs:
+            target = urlsplit(href)
+            if target.scheme or href.startswith("#"):
+                continue
+            assert target.path.endswith(".html"), (page.name, href)
+            assert (page.parent / unquote(target.path)).is_file(), (page.name, href)
+            nav += page.name == "index.html"
+    assert nav > 20  # the navigation's links are among them
+
+
+@pytest.mark.subprocess
+def test_site_has_no_raw_math_roles(site):
+    """No `:math:` role reaches a page unconverted (one wrapped across a docstring's lines did),
+    outside code that shows the role itself."""
+    site, _ = site
+    for page in [*site.glob("*.html"), site / "search" / "search_index.json"]:
+        text = re.sub(r"<code>.*?</code>", "", page.read_text(), flags=re.DOTALL)
+        assert ":math:" not in text, (page.name, text[text.index(":math:") - 200 :][:400])
+
+
+@pytest.mark.subprocess
+def test_site_bundles_mathjax(site):
+    """The pages load MathJax from the site itself when the build could bundle it (the cache is
+    filled with npm), and from the CDN only otherwise, saying why."""
+    site, log = site
+    hooks = _docs_module("hooks")
+    bundle, why = hooks.mathjax_bundle()
+    for page in (site / "index.html", site / "api.html"):
+        scripts = re.findall(r'<script src="([^"]+)"', page.read_text())
+        assert "javascripts/mathjax.js" in scripts, scripts  # the settings, before MathJax
+        if bundle is not None:
+            assert hooks.MATHJAX_SCRIPT in scripts and hooks.MATHJAX_CDN not in scripts, scripts
+            assert scripts.index("javascripts/mathjax.js") < scripts.index(hooks.MATHJAX_SCRIPT)
+        else:
+            assert hooks.MATHJAX_CDN in scripts, scripts
+            assert "MathJax is not bundled" in log, why
+    if bundle is not None:
+        copied = site / hooks.MATHJAX_DIR
+        assert (copied / "tex-mml-svg.js").read_bytes() == (bundle / "tex-mml-svg.js").read_bytes()
+        assert (copied / "input" / "tex" / "extensions").is_dir()  # what it loads on demand
+
+
+def _mkdocs_config():
+    from mkdocs.config import load_config
+
+    return load_config(str(ROOT / "mkdocs.yml"))
+
+
+def test_mathjax_hook_uses_a_filled_cache(tmp_path, monkeypatch):
+    hooks = _docs_module("hooks")
+    cache = tmp_path / "mathjax"
+    (cache / "input" / "tex").mkdir(parents=True)
+    (cache / "tex-mml-svg.js").write_text("// MathJax")
+    (cache / "input" / "tex" / "ext.js").write_text("// an extension")
+    monkeypatch.setenv("GRADTX_MATHJAX_DIR", str(cache))
+    config = _mkdocs_config()
+    config = config.plugins.on_config(config)  # the events as a build runs them, hooks included
+    scripts = [str(s) for s in config.extra_javascript]
+    assert hooks.MATHJAX_SCRIPT in scripts and hooks.MATHJAX_CDN not in scripts
+    from mkdocs.structure.files import Files
+
+    files = config.plugins.on_files(Files([]), config=config)
+    uris = sorted(f.dest_uri for f in files)
+    assert uris == [f"{hooks.MATHJAX_DIR}/input/tex/ext.js", hooks.MATHJAX_SCRIPT]
+
+
+def test_mathjax_hook_keeps_the_cdn_without_a_bundle(tmp_path, monkeypatch):
+    hooks = _docs_module("hooks")
+    monkeypatch.setenv("GRADTX_MATHJAX_DIR", str(tmp_path / "empty"))
+    monkeypatch.setenv("GRADTX_DOCS_MATHJAX", "cdn")  # no fetching
+    config = _mkdocs_config()
+    config = config.plugins.on_config(config)  # the events as a build runs them, hooks included
+    assert [str(s) for s in config.extra_javascript] == [
+        "javascripts/mathjax.js",
+        hooks.MATHJAX_CDN,
+    ]
+    from mkdocs.structure.files import Files
+
+    assert not list(config.plugins.on_files(Files([]), config=config))
+    assert not (tmp_path / "empty").exists()
+
+
+def test_math_role_wrapped_across_lines_is_converted():
+    to_markdown = _docs_module("griffe_math").to_markdown
+    doc = "With :math:`a +\n    b` and :math:`c`.\n\nArgs:\n  x: :math:`\\lambda\n    y` >= 0."
+    assert (
+        to_markdown(doc)
+        == "With \\( a + b \\) and \\( c \\).\n\nArgs:\n  x: \\( \\lambda y \\) >= 0."
+    )
+    with pytest.raises(ValueError, match="not closed"):
+        to_markdown("An open :math:`role\n\nends the paragraph.")
 
 
 # -- the pages' examples ---------------------------------------------------------------------------

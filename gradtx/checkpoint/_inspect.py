@@ -11,6 +11,7 @@ from jax import tree_util as jtu
 
 from .._base._checks import did_you_mean
 from .._base._typing import OptState
+from ..health import metrics, to_scalars
 from ..tree import path_str
 from ..tree._nonfinite import NonfiniteLocation
 
@@ -43,6 +44,10 @@ class StateSummary:
       nonfinite: for every `NonfiniteLocation` in the state with a concrete value (e.g.
         `apply_if_finite(..., locate_nonfinite=True)`'s `first_nonfinite`), its path in the
         state -> the path of the non-finite leaf it names, or None when it names none.
+      metrics: with the optimizer given (`inspect_state(state, tx)`), `gradtx.metrics(tx,
+        state)` as host numbers: the current learning rate of every schedule and constant in
+        the chain (no `inject_hyperparams` needed), the wrappers' counters, `with_metrics`'
+        norms.
     """
 
     fields: tuple[StateField, ...]
@@ -50,6 +55,7 @@ class StateSummary:
     step_path: str | None = None
     hyperparams: dict[str, float] = field(default_factory=dict)
     nonfinite: dict[str, str | None] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
 
     @property
     def total_bytes(self) -> int:
@@ -57,20 +63,27 @@ class StateSummary:
         return sum(f.nbytes for f in self.fields)
 
     def hyperparam(self, name: str) -> float:
-        """The current value of the injected hyperparameter `name` (a key of `hyperparams`, or
-        its last part when only one wrapper has it), e.g. `hyperparam("learning_rate")`."""
-        if name in self.hyperparams:
-            return self.hyperparams[name]
-        hits = [k for k in self.hyperparams if k.endswith("/" + name)]
+        """The current value of the hyperparameter `name`: a key of `hyperparams` (injected) or
+        of `metrics` (with the optimizer given), or its last part when only one place has it,
+        e.g. `hyperparam("learning_rate")`."""
+        known = {**self.metrics, **self.hyperparams}
+        known.pop("step", None)
+        if name in known:
+            return known[name]
+        hits = [k for k in known if k.endswith("/" + name)]
         if len(hits) == 1:
-            return self.hyperparams[hits[0]]
+            return known[hits[0]]
         if hits:
             raise KeyError(f"hyperparam: {name!r} is ambiguous, pick one of {hits}")
-        names = list(self.hyperparams)
+        names = list(known)
         last = sorted({k.rsplit("/", 1)[-1] for k in names})
+        hint = (
+            "none (pass the optimizer, inspect_state(state, tx), to see its schedules' values, "
+            "or wrap it in gradtx.inject_hyperparams)"
+        )
         raise KeyError(
-            f"hyperparam: no injected hyperparameter {name!r}{did_you_mean(name, last)}; "
-            f"the state has {names or 'none (wrap the optimizer in gradtx.inject_hyperparams)'}"
+            f"hyperparam: no hyperparameter {name!r}{did_you_mean(name, last)}; "
+            f"the state has {names or hint}"
         )
 
     def table(self, max_rows: int | None = None) -> str:
@@ -98,6 +111,9 @@ class StateSummary:
             out.append(f"step: {self.step} (from {self.step_path!r})")
         for name, value in self.hyperparams.items():
             out.append(f"hyperparameter {name} = {value:.6g}")
+        for name, value in self.metrics.items():
+            if name != "step" and name not in self.hyperparams:
+                out.append(f"{name} = {value:.6g}")
         counts = {f.path: f.value for f in self.fields}
         for where, leaf in self.nonfinite.items():
             at = f"first non-finite leaf (at {where!r})"
@@ -204,23 +220,26 @@ def _located(locations: list[tuple[tuple, NonfiniteLocation]]) -> dict[str, str 
     return out
 
 
-def inspect_state(state: OptState) -> StateSummary:
+def inspect_state(state: OptState, tx: Any = None) -> StateSummary:
     """A readable summary of an optimizer state: per field its path, shape, dtype and bytes, the
     current step count, the injected hyperparameters with their current values, and where the
     latest non-finite gradient was (`apply_if_finite(..., locate_nonfinite=True)`).
 
-    `print(gradtx.inspect_state(state))` shows a table; "what is my learning rate now" is
-    `gradtx.inspect_state(state).hyperparam("learning_rate")` for an optimizer built with
-    `gradtx.inject_hyperparams` (otherwise the learning rate is not part of the state). The
+    `print(gradtx.inspect_state(state, tx))` shows a table; "what is my learning rate now" is
+    `gradtx.inspect_state(state, tx).hyperparam("learning_rate")`: with the optimizer given, the
+    summary holds `gradtx.metrics(tx, state)` (every schedule's current value, counters); without
+    it, only what the state holds (a schedule's value is not in the state, only its step count;
+    `inject_hyperparams` puts the values there). The
     state may be abstract (`jax.eval_shape(tx.init, params)`): then shapes and memory are
     reported without allocating anything, and no values. Named `inspect_state`, not `inspect`,
     so that `from gradtx import *` cannot shadow the standard library's `inspect` module.
 
     Args:
       state: an optimizer state (any pytree of arrays; gradtx's or Optax's).
+      tx: the optimizer that made it (optional): adds `metrics` (see `gradtx.metrics`).
 
     Returns:
-      A `StateSummary` (fields, step, step_path, hyperparams, nonfinite, total_bytes;
+      A `StateSummary` (fields, step, step_path, hyperparams, nonfinite, metrics, total_bytes;
       `table()`).
 
     Example:
@@ -228,6 +247,12 @@ def inspect_state(state: OptState) -> StateSummary:
       >>> tx = gradtx.inject_hyperparams(gradtx.adam)(learning_rate=1e-3)
       >>> gradtx.inspect_state(tx.init({"w": jnp.zeros(3)})).hyperparam("learning_rate")
       0.0010000000474974513
+      >>> tx = gradtx.adamw(gradtx.schedules.linear_schedule(1.0, 0.0, 10))
+      >>> state = tx.init({"w": jnp.zeros(3)})
+      >>> for _ in range(3):
+      ...     _, state = tx.update({"w": jnp.ones(3)}, state, {"w": jnp.zeros(3)})
+      >>> round(gradtx.inspect_state(state, tx).hyperparam("learning_rate"), 6)
+      0.8
     """
     fields = []
     step, step_path, step_depth = None, None, None
@@ -251,4 +276,7 @@ def inspect_state(state: OptState) -> StateSummary:
             step = None if value is None else int(value)
     hyperparams: dict[str, float] = {}
     _injected(state, (), hyperparams)
-    return StateSummary(tuple(fields), step, step_path, hyperparams, _located(locations))
+    values: dict[str, float] = {}
+    if tx is not None and all(f.value is not None or f.shape != () for f in fields):
+        values = to_scalars(metrics(tx, state))
+    return StateSummary(tuple(fields), step, step_path, hyperparams, _located(locations), values)

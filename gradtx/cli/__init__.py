@@ -14,10 +14,15 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m gradtx <command> [options]\n\ncommands:")
+        print("usage: python -m gradtx [--version] <command> [options]\n\ncommands:")
         for name, help_ in COMMANDS.items():
             print(f"  {name:14s} {help_}")
         return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        from .._base._version import __version__
+
+        print(f"gradtx {__version__}")
+        return 0
     command, rest = argv[0], argv[1:]
     if command == "demo":
         from ._demo import main as demo

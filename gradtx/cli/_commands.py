@@ -1,11 +1,13 @@
 """The config subcommands of the command line: `describe` and `plot-schedule`.
 
-    python -m gradtx describe CONFIG [--dialect gradtx|nnabla|returnn] [--steps 0,100,1000]
-    python -m gradtx plot-schedule CONFIG -o lr.png --steps N [--dialect ...] [--log]
+    python -m gradtx describe CONFIG [CONFIG ...] [--dialect auto|gradtx|nnabla|returnn]
+                              [--steps N | --at 0,100,1000]
+    python -m gradtx plot-schedule CONFIG -o lr.png [--steps N] [--dialect ...] [--log]
 
 `CONFIG` is a YAML or JSON file (for the dialects: nnabla's optimizer fields or RETURNN's
-options). Errors in the config are printed as one line naming the config path; the exit status
-is then 2.
+options; `--dialect auto`, the default, tells them apart by their top-level keys). `--steps N`
+means the first N steps, 0 .. N-1, in both commands; `describe --at` lists single steps. Errors
+in a config are printed as one line naming the config path; the exit status is then 2.
 """
 
 from __future__ import annotations
@@ -13,17 +15,19 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-DIALECTS = ("gradtx", "nnabla", "returnn")
+DIALECTS = ("auto", "gradtx", "nnabla", "returnn")
 INT32_MAX = 2**31 - 1
-MAX_LISTED_STEPS = 1_000  # describe --steps
-MAX_PLOT_STEPS = 2**31  # plot-schedule --steps: the step counters stop at 2**31 - 1
-MAX_PLOT_POINTS = 100_000  # steps evaluated for a plot; longer ranges are sampled evenly
+MAX_LISTED_STEPS = 1_000  # describe --at
+MAX_STEPS = 2**31  # --steps N: the step counters stop at 2**31 - 1
+MAX_PLOT_POINTS = 100_000  # steps evaluated over a range; longer ranges are sampled evenly
+DEFAULT_AT = [0, 1, 10, 100, 1000, 10000]
+STEPS_HELP = "the first N steps, 0 .. N-1 (at most 2**31)"
 
 
 def _build(path: str, dialect: str, comm_size: int) -> Any:
@@ -37,9 +41,65 @@ def _build(path: str, dialect: str, comm_size: int) -> Any:
         from ..returnn import from_returnn
 
         return from_returnn(source)
-    from ..config import from_config
+    from ..config import ConfigError, from_config
 
-    return from_config(source)
+    try:
+        return from_config(source)
+    except ConfigError as e:
+        if "unknown section" not in str(e):
+            raise
+        raise ConfigError(
+            f"{e}; if {source.name} is an nnabla or RETURNN config, pass --dialect nnabla or "
+            f"--dialect returnn"
+        ) from None
+
+
+def _returnn_options() -> frozenset[str]:
+    """RETURNN's top-level optimizer options (those gradtx translates, and those it names as
+    unsupported), without `optimizer`, which every dialect has."""
+    from ..returnn._config import _SUPPORTED, _WHY
+
+    return frozenset(_SUPPORTED | set(_WHY)) - {"optimizer"}
+
+
+def detect_dialect(path: str) -> tuple[str, str]:
+    """`(dialect, why)` of the config file `path`, from its suffix and top-level keys.
+
+    nnabla: a `.nntxt` / `.prototxt` file, a `solver` section, or `optimizer` messages holding a
+    `solver` (a whole NNablaProtoBuf). RETURNN: an `optimizer` dict with a `class`, or an
+    `optimizer` string, or RETURNN's own options (`learning_rate`, `optimizer_epsilon`,
+    `gradient_clip*`, `accum_grad_multiple_step`, the legacy `adam` flags, ...). gradtx
+    otherwise (its errors then suggest `--dialect`). A file that cannot be read is left to the
+    loader, which names the problem.
+    """
+    from ..config import ConfigError
+    from ..config._load import read
+    from ..nnabla._nntxt import SUFFIXES
+
+    if Path(path).suffix.lower() in SUFFIXES:
+        return "nnabla", f"a {Path(path).suffix} file"
+    try:
+        doc, _ = read(Path(path))
+    except ConfigError:
+        return "gradtx", ""
+    opt = doc.get("optimizer")
+    if "solver" in doc:
+        return "nnabla", "its 'solver' section"
+    messages = opt if isinstance(opt, list) else [opt]
+    if any(isinstance(m, Mapping) and "solver" in m for m in messages):
+        return "nnabla", "its 'optimizer' message with a 'solver'"
+    if isinstance(opt, Mapping) and "name" in opt:
+        return "gradtx", "its optimizer 'name'"
+    if isinstance(opt, Mapping) and "class" in opt:
+        return "returnn", "its optimizer 'class'"
+    if isinstance(opt, str):
+        return "returnn", "its optimizer class name"
+    options = sorted(set(doc) & _returnn_options())
+    if options:
+        return "returnn", f"its {options[0]!r} option"
+    if "type" in doc and "optimizer" not in doc:
+        return "nnabla", "its solver 'type'"
+    return "gradtx", ""
 
 
 def _arg(text: str) -> str:
@@ -57,14 +117,19 @@ def _int_arg(text: str) -> int:
     return value
 
 
-def _parser(prog: str) -> argparse.ArgumentParser:
+def _parser(prog: str, many: bool = False) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"python -m gradtx {prog}")
-    parser.add_argument("config", help="a YAML or JSON config file")
+    if many:
+        parser.add_argument("config", nargs="+", help="YAML or JSON config files")
+    else:
+        parser.add_argument("config", help="a YAML or JSON config file")
     parser.add_argument(
         "--dialect",
         choices=DIALECTS,
-        default="gradtx",
-        help="the config's format (default: gradtx's own schema)",
+        default="auto",
+        help="the config's format; auto (the default) tells gradtx's schema, nnabla's optimizer "
+        "fields (a 'solver' section) and RETURNN's options (an optimizer 'class', "
+        "'learning_rate', ...) apart by their top-level keys",
     )
     parser.add_argument(
         "--comm-size",
@@ -101,50 +166,152 @@ def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str
     return [fmt(header), fmt(tuple("-" * w for w in widths)), *(fmt(r) for r in rows)]
 
 
-def describe(argv: list[str]) -> int:
-    """`describe CONFIG`: the chain, every hyperparameter and the learning rate at some steps."""
-    parser = _parser("describe")
-    parser.add_argument(
-        "--steps",
-        type=_steps,
-        default=[0, 1, 10, 100, 1000, 10000],
-        help="comma-separated steps at which to show the learning rate",
-    )
-    args = parser.parse_args(argv)
-    _check_comm_size(parser, args.comm_size)
-    from ..config import ConfigError
-    from ..config._describe import chain_lines, hyperparameter_rows, learning_rate_label
+def _range_steps(n: int) -> np.ndarray:
+    """Steps 0 .. n-1: every one up to MAX_PLOT_POINTS of them, else that many evenly spaced,
+    the last included."""
+    count = min(n, MAX_PLOT_POINTS)
+    return np.unique(np.linspace(0, n - 1, count).round().astype(np.int64))
 
-    try:
-        tx = _build(args.config, args.dialect, args.comm_size)
-        values = tx.learning_rate_at(np.asarray(args.steps))
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    out = [f"config: {args.config} ({args.dialect})", "", "chain (gradients enter at the top):"]
+
+def _check_steps(parser: argparse.ArgumentParser, steps: int) -> None:
+    if not 1 <= steps <= MAX_STEPS:
+        parser.error(f"--steps must be in 1 .. 2**31, got {steps}")
+
+
+def _describe_steps(text: str) -> int | list[int]:
+    """`describe --steps`: a count N, or (deprecated) a comma-separated list of steps."""
+    if "," in text:
+        return _steps(text)
+    return _int_arg(text)
+
+
+def _landmark_rows(
+    tx: Any, landmarks: list[tuple[int, str]], n: int | None
+) -> list[tuple[str, ...]]:
+    """(step, learning rate, what) at each landmark (below n) and the step before it; with n,
+    also at steps 0 and n - 1."""
+    marks: dict[int, str] = {0: "first step"} if n is not None else {}
+    for step, what in landmarks:
+        if n is not None and step >= n:
+            continue
+        if step > 0:
+            marks.setdefault(step - 1, "")
+        marks[step] = f"{marks[step]}; {what}" if marks.get(step) else what
+    if n is not None:
+        marks[n - 1] = f"{marks[n - 1]}; last step" if marks.get(n - 1) else "last step"
+    steps = sorted(marks)
+    if not steps:
+        return []
+    values = tx.learning_rate_at(np.asarray(steps))
+    return [(str(s), f"{float(v):.6g}", marks[s]) for s, v in zip(steps, values, strict=True)]
+
+
+def _describe_one(path: str, args: argparse.Namespace) -> list[str]:
+    """The description of one config file (a ConfigError for a bad one)."""
+    from ..config._describe import (
+        chain_lines,
+        hyperparameter_rows,
+        learning_rate_label,
+        learning_rate_landmarks,
+    )
+
+    dialect, why = args.dialect, ""
+    if dialect == "auto":
+        dialect, why = detect_dialect(path)
+        why = f"detected from {why}" if why else ""
+    tx = _build(path, dialect, args.comm_size)
+    out = [f"config: {path} ({dialect}{', ' + why if why else ''})", ""]
+    out += ["chain (gradients enter at the top):"]
     out += [f"  {line}" for line in chain_lines(tx.config)]
     out += ["", "hyperparameters:"]
     out += [
         f"  {line}" for line in _table(("path", "value", "note"), hyperparameter_rows(tx.config))
     ]
     out += ["", f"learning rate: {learning_rate_label(tx.config)}"]
-    rows = [(str(s), f"{float(v):.6g}") for s, v in zip(args.steps, values, strict=True)]
-    out += [f"  {line}" for line in _table(("step", "learning_rate"), rows)]
-    if max(args.steps) > INT32_MAX:
+    landmarks = learning_rate_landmarks(tx.config)
+    if isinstance(args.steps, int):
+        n = args.steps
+        steps = _range_steps(n)
+        values = np.asarray(tx.learning_rate_at(steps))
+        finite = values[np.isfinite(values)]
+        shown = f"{finite.min():.6g} .. {finite.max():.6g}" if finite.size else "none finite"
+        sampled = f", sampled at {len(steps)} steps" if len(steps) < n else ""
+        out += [f"  over steps 0 .. {n - 1}: {shown}{sampled}"]
+        rows = _landmark_rows(tx, landmarks, n)
+        out += [f"  {line}" for line in _table(("step", "learning_rate", "what"), rows)]
+        return out  # n <= 2**31: the last step is at most 2**31 - 1, where the counters stop
+    at = args.at if args.at is not None else args.steps if args.steps is not None else DEFAULT_AT
+    values = tx.learning_rate_at(np.asarray(at))
+    rows_at = [(str(s), f"{float(v):.6g}") for s, v in zip(at, values, strict=True)]
+    out += [f"  {line}" for line in _table(("step", "learning_rate"), rows_at)]
+    if max(at) > INT32_MAX:
         out += ["  (steps beyond 2**31 - 1 show the value there: the step counters stop at it)"]
-    print("\n".join(out))
-    return 0
+    rows = _landmark_rows(tx, landmarks, None)
+    if rows:
+        out += ["", "where the learning rate changes course (absolute steps, warm-up included):"]
+        out += [f"  {line}" for line in _table(("step", "learning_rate", "what"), rows)]
+    return out
+
+
+def describe(argv: list[str]) -> int:
+    """`describe CONFIG...`: the chain, every hyperparameter and the learning rate of each."""
+    parser = _parser("describe", many=True)
+    when = parser.add_mutually_exclusive_group()
+    when.add_argument(
+        "--steps",
+        type=_describe_steps,
+        default=None,
+        metavar="N",
+        help=f"summarize the learning rate over {STEPS_HELP}: its range, and its value at the "
+        f"first and last step, at every warm-up end and boundary in the range and the step before "
+        f"each (a comma-separated list, the old meaning, still works, deprecated: use --at)",
+    )
+    when.add_argument(
+        "--at",
+        type=_steps,
+        default=None,
+        metavar="S,S,...",
+        help=f"comma-separated steps at which to show the learning rate (at most "
+        f"{MAX_LISTED_STEPS}; default {','.join(map(str, DEFAULT_AT))})",
+    )
+    args = parser.parse_args(argv)
+    _check_comm_size(parser, args.comm_size)
+    if isinstance(args.steps, int):
+        _check_steps(parser, args.steps)
+    elif args.steps is not None:
+        listed = ",".join(map(str, args.steps))
+        shown = listed if len(listed) <= 40 else f"{listed[:37]}..."
+        print(
+            f"note: --steps with a list is deprecated: use --at {shown} (--steps N now means the "
+            f"first N steps, as in plot-schedule)",
+            file=sys.stderr,
+        )
+    from ..config import ConfigError
+
+    status = 0
+    for i, path in enumerate(args.config):
+        if len(args.config) > 1:  # a header per file, as `head` and `tail` write them
+            print(f"{chr(10) if i else ''}==> {path} <==", flush=True)
+        try:
+            lines = _describe_one(path, args)
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            status = 2
+            continue
+        print("\n".join(lines), flush=True)
+    return status
 
 
 def plot_schedule(argv: list[str]) -> int:
     """`plot-schedule CONFIG -o lr.png --steps N`: the learning-rate curve as an image."""
     parser = _parser("plot-schedule")
     parser.add_argument("-o", "--output", required=True, help="the image file to write")
-    parser.add_argument("--steps", type=_int_arg, default=1000, help="plot steps 0 .. N-1")
+    parser.add_argument(
+        "--steps", type=_int_arg, default=1000, metavar="N", help=f"plot {STEPS_HELP}; default 1000"
+    )
     parser.add_argument("--log", action="store_true", help="logarithmic y axis")
     args = parser.parse_args(argv)
-    if not 1 <= args.steps <= MAX_PLOT_STEPS:
-        parser.error(f"--steps must be in 1 .. 2**31, got {args.steps}")
+    _check_steps(parser, args.steps)
     _check_comm_size(parser, args.comm_size)
     from ..config import ConfigError
 
@@ -162,14 +329,13 @@ def plot_schedule(argv: list[str]) -> int:
     if problem:
         print(f"error: -o {_arg(args.output)}: {problem}", file=sys.stderr)
         return 2
+    dialect = detect_dialect(args.config)[0] if args.dialect == "auto" else args.dialect
     try:
-        tx = _build(args.config, args.dialect, args.comm_size)
+        tx = _build(args.config, dialect, args.comm_size)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    # every step up to MAX_PLOT_POINTS of them, else that many evenly spaced, the last included
-    n = min(args.steps, MAX_PLOT_POINTS)
-    steps = np.unique(np.linspace(0, args.steps - 1, n).round().astype(np.int64))
+    steps = _range_steps(args.steps)
     values = tx.learning_rate_at(steps)
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(steps, values)
@@ -218,4 +384,4 @@ COMMANDS = {
     "plot-schedule": (plot_schedule, "plot a config's learning-rate schedule to an image"),
 }
 
-__all__ = ["COMMANDS", "describe", "plot_schedule"]
+__all__ = ["COMMANDS", "describe", "detect_dialect", "plot_schedule"]

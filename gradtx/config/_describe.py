@@ -107,4 +107,112 @@ def learning_rate_label(config: Mapping[str, Any]) -> str:
     return "none" if lr is None else _value(lr)
 
 
-__all__ = ["chain_lines", "hyperparameter_rows", "learning_rate_label"]
+def _steps_of(value: Any) -> list[int]:
+    """The integer steps of a config value (a mapping's keys or a list), [] for anything else."""
+    if isinstance(value, Mapping):
+        items: list[Any] = list(value)
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        return []
+    out = []
+    for item in items:
+        if isinstance(item, bool):
+            continue
+        try:
+            out.append(int(item))
+        except (TypeError, ValueError):
+            continue
+    return sorted(out)
+
+
+def _after(step: int, after: tuple[str, ...]) -> str:
+    return f"{step}, after {' and '.join(after)}" if after else str(step)
+
+
+def schedule_landmarks(
+    block: Any, offset: int = 0, after: tuple[str, ...] = ()
+) -> list[tuple[int, str]]:
+    """Where a schedule block changes course, in absolute steps: `(step, what)`, sorted.
+
+    The steps count from the optimizer's first update: a linear `warmup` block delays the
+    schedule it wraps by its steps (a piecewise boundary of 29000 after a 1000-step warm-up is a
+    drop at 30000), and each schedule of a `join` starts at its boundary; `what` names the
+    schedule's own step and what came before it. Schedules whose shape has no named steps (a
+    constant, a number) have none.
+    """
+    if not isinstance(block, Mapping) or not isinstance(block.get("name"), str):
+        return []
+    name = block["name"]
+    out: list[tuple[int, str]] = []
+    warm = block.get("warmup")
+    if isinstance(warm, Mapping) and isinstance(warm.get("steps"), int) and warm["steps"] > 0:
+        w = warm["steps"]
+        linear = warm.get("mode", "linear") == "linear"
+        out.append((offset + w, "warm-up ends" + ("; the schedule starts" if linear else "")))
+        inner = {k: v for k, v in block.items() if k != "warmup"}
+        if linear:
+            return sorted(
+                out + schedule_landmarks(inner, offset + w, (*after, f"the {w} warm-up steps"))
+            )
+        return sorted(out + schedule_landmarks(inner, offset, after))
+
+    def at(step: int, what: str) -> None:
+        out.append((offset + step, what))
+
+    if name in ("piecewise_constant", "piecewise_interpolate"):
+        scales = block.get("boundaries_and_scales") or {}
+        for step in _steps_of(scales):
+            scale = scales.get(step, scales.get(str(step)))
+            at(step, f"boundary {_after(step, after)}: x{_value(scale)}")
+    elif name in ("multistep", "nnabla_step") and block.get("comm_size", 1) == 1:
+        key = "milestones" if name == "multistep" else "iter_steps"
+        gamma = _value(block.get("gamma"))
+        for step in _steps_of(block.get(key)):
+            at(step, f"milestone {_after(step, after)}: x{gamma}")
+    elif name == "join":
+        subs = block.get("schedules") or []
+        for i, step in enumerate(_steps_of(block.get("boundaries"))):
+            at(step, f"join boundary {_after(step, after)}: schedule {i + 2} starts")
+            if i + 1 < len(subs):
+                since = (*after, f"the join boundary {step}")
+                out.extend(schedule_landmarks(subs[i + 1], offset + step, since))
+        if subs:
+            out.extend(schedule_landmarks(subs[0], offset, after))
+    elif name == "nnabla_solver_schedule" and block.get("comm_size", 1) == 1:
+        param = block.get("linear_warmup_scheduler_param")
+        if isinstance(param, Mapping) and isinstance(param.get("warmup_iter"), int):
+            at(param["warmup_iter"], "warm-up ends")
+        kind = str(block.get("lr_scheduler_type", "")).lower()
+        param = block.get(f"{kind}_scheduler_param")
+        max_iter = param.get("max_iter") if isinstance(param, Mapping) else None
+        if kind in ("cosine", "polynomial") and isinstance(max_iter, int):
+            at(max_iter, "decay ends")
+    else:
+        if isinstance(block.get("warmup_steps"), int) and block["warmup_steps"] > 0:
+            at(block["warmup_steps"], "warm-up ends")
+        if name in ("cosine_decay", "warmup_cosine_decay") and isinstance(
+            block.get("decay_steps"), int
+        ):
+            at(block["decay_steps"], "decay ends")
+        if name in ("linear", "polynomial") and isinstance(block.get("transition_steps"), int):
+            begin = block.get("transition_begin", 0)
+            if isinstance(begin, int) and begin > 0:
+                at(begin, "transition begins")
+            if isinstance(begin, int):
+                at(begin + block["transition_steps"], "transition ends")
+    return sorted(out)
+
+
+def learning_rate_landmarks(config: Mapping[str, Any]) -> list[tuple[int, str]]:
+    """`schedule_landmarks` of the solver's learning rate (none for a number)."""
+    return schedule_landmarks(solver_learning_rate(config["optimizer"]))
+
+
+__all__ = [
+    "chain_lines",
+    "hyperparameter_rows",
+    "learning_rate_label",
+    "learning_rate_landmarks",
+    "schedule_landmarks",
+]

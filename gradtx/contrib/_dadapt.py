@@ -38,8 +38,9 @@ def dadapt_adamw(
     r"""D-Adaptation AdamW: AdamW whose step size :math:`d_t` estimates the distance to the
     solution in the infinity norm.
 
-    With :math:`\eta_t` the schedule, :math:`\hat\eta_t = d_t \eta_t
-    \sqrt{1-\beta_2^t}/(1-\beta_1^t)` and :math:`\gamma = \sqrt{\beta_2}`:
+    With :math:`\eta_t` the schedule,
+    :math:`\hat\eta_t = d_t \eta_t \sqrt{1-\beta_2^t}/(1-\beta_1^t)` and
+    :math:`\gamma = \sqrt{\beta_2}`:
 
     .. math::
 

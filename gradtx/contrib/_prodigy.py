@@ -69,7 +69,7 @@ def d_adapted_step(
     r"""The common start of an update of the D-estimating AdamWs (Prodigy, D-Adaptation):
     `(params, dtype, count, dlr)`, the params (required, with the updates' structure), the dtype
     of the scalar statistics, the new count and the step size
-    :math:`\hat\eta_t = d_t \eta_t \sqrt{1-eta_2^t}/(1-eta_1^t)`."""
+    :math:`\hat\eta_t = d_t \eta_t \sqrt{1-\beta_2^t}/(1-\beta_1^t)`."""
     params = require_params(who, params)
     gtree.assert_same_structure(who, updates=updates, params=params)
     dtype = state.estim_lr.dtype
@@ -112,8 +112,9 @@ def prodigy(
 ) -> GradientTransformation:
     r"""Prodigy: AdamW whose step size :math:`d_t` estimates the distance to the solution.
 
-    With :math:`\eta_t` the schedule, :math:`\hat\eta_t = d_t \eta_t
-    \sqrt{1-\beta_2^t}/(1-\beta_1^t)` and :math:`\tilde g_t = d_t g_t`:
+    With :math:`\eta_t` the schedule,
+    :math:`\hat\eta_t = d_t \eta_t \sqrt{1-\beta_2^t}/(1-\beta_1^t)` and
+    :math:`\tilde g_t = d_t g_t`:
 
     .. math::
 

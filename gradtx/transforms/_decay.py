@@ -80,8 +80,9 @@ def weight_decay_by_lr_ratio(
     .. math::  u_t = g_t + \lambda_t \frac{\eta_t}{\eta_0} w_{t-1}
 
     Placed after a step that already contains the learning rate and before the sign flip, this is
-    the decoupled decay of nnabla's `SgdW` and `AdamW`, :math:`w \mathrel{-}= (\eta_t/\eta_0)
-    \lambda w` (Loshchilov & Hutter's schedule multiplier); see `sgdw`, `nnabla.adamw`. With a
+    the decoupled decay of nnabla's `SgdW` and `AdamW`,
+    :math:`w \mathrel{-}= (\eta_t/\eta_0) \lambda w` (Loshchilov & Hutter's schedule multiplier);
+    see `sgdw`, `nnabla.adamw`. With a
     constant learning rate the factor is 1 and this is `weight_decay(rate, mask)`.
 
     Args:

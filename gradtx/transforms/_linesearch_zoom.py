@@ -145,8 +145,8 @@ def scale_by_zoom_linesearch(
     `increase_factor`) until an interval containing such a step is bracketed; phase 2 zooms into
     it by cubic, quadratic or bisection steps. Close to a minimum, where :math:`f` cannot
     resolve the decrease, the first condition is relaxed to Hager and Zhang's approximate one,
-    :math:`\langle \nabla f(w + \eta u), u \rangle \le (2 c_1 - 1) \langle \nabla f(w), u
-    \rangle` once :math:`f(w + \eta u) \le f(w) + c_3 |f(w)|`. When no step meets both
+    :math:`\langle \nabla f(w + \eta u), u \rangle \le (2 c_1 - 1) \langle \nabla f(w), u \rangle`
+    once :math:`f(w + \eta u) \le f(w) + c_3 |f(w)|`. When no step meets both
     conditions within `max_linesearch_steps` evaluations, the best one with sufficient decrease
     is taken (a step of 0 if the objective is not finite anywhere tried).
 

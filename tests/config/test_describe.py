@@ -30,7 +30,7 @@ def test_describe_shows_the_saturated_value_for_huge_steps(tmp_path, capsys):
         "optimizer:\n  name: sgd\n  learning_rate: {name: linear_schedule, init_value: 1.0, "
         "end_value: 0.0, transition_steps: 10}\n"
     )
-    assert main(["describe", str(path), "--steps", f"0,{2**31},{10**30}"]) == 0
+    assert main(["describe", str(path), "--at", f"0,{2**31},{10**30}"]) == 0
     out = capsys.readouterr().out
     rows = dict(line.split()[:2] for line in out.split("learning rate:")[1].splitlines()[3:6])
     assert rows == {"0": "1", str(2**31): "0", str(10**30): "0"}
