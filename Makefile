@@ -60,5 +60,14 @@ bench: $(STAMP_TEST)
 docs: $(STAMP_TEST)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
+# The sdist and the wheel, into dist/ (git-ignored; emptied first so twine checks only these),
+# built as a release would be (an isolated build environment; the wheel from the sdist), and
+# their metadata checked. tests/test_wheel.py installs such a wheel into a fresh venv.
+.PHONY: dist
+dist: $(STAMP_TEST)
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build site *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist site *.egg-info

@@ -321,7 +321,11 @@ def plot_schedule(argv: list[str]) -> int:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("error: plot-schedule needs matplotlib: pip install 'gradtx[plot]'", file=sys.stderr)
+        print(
+            "error: plot-schedule needs matplotlib: pip install 'gradtx[plot]' "
+            "(from a checkout: pip install -e '.[plot]')",
+            file=sys.stderr,
+        )
         return 2
     output = Path(args.output)
     problem = _output_problem(output, plt.figure().canvas.get_supported_filetypes())

@@ -383,7 +383,10 @@ def plot(runs: list[Run], data: tuple[np.ndarray, ...], out_dir: Path) -> Path |
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not installed: no plot (pip install 'gradtx[demo]')")
+        print(
+            "matplotlib is not installed: no plot (pip install 'gradtx[demo]'; "
+            "from a checkout: pip install -e '.[demo]')"
+        )
         return None
     x, y = data[0], data[1]
     fig, axes = plt.subplots(2, 3, figsize=(18, 9))

@@ -34,7 +34,8 @@ def _yaml() -> Any:
         import yaml
     except ImportError:  # pragma: no cover - pyyaml is in the test environment
         raise ConfigError(
-            "reading YAML configs needs PyYAML: pip install 'gradtx[config]'"
+            "reading YAML configs needs PyYAML: pip install 'gradtx[config]' "
+            "(from a checkout: pip install -e '.[config]')"
         ) from None
     return yaml
 

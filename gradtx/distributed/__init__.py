@@ -313,7 +313,8 @@ def _orbax(who: str) -> Any:
         import orbax.checkpoint as ocp
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError(
-            f"{who} needs orbax-checkpoint: pip install orbax-checkpoint (or gradtx[checkpoint])"
+            f"{who} needs orbax-checkpoint: pip install 'gradtx[checkpoint]' (from a checkout: "
+            "pip install -e '.[checkpoint]'), or pip install orbax-checkpoint"
         ) from e
     return ocp
 

@@ -18,7 +18,8 @@ keep nnabla's argument names (`init_lr`, `max_iter`, ...).
 
 Schedules are stateless; the plateau-driven scalings `gradtx.reduce_on_plateau` and
 `gradtx.newbob` are transformations (they need the loss as `value=`) and live with them. `plot`
-draws schedules with matplotlib (`pip install 'gradtx[plot]'`).
+draws schedules with matplotlib (`pip install 'gradtx[plot]'`; from a checkout:
+`pip install -e '.[plot]'`).
 """
 
 from ._basic import constant as constant

@@ -75,7 +75,8 @@ def plot(
       The `matplotlib.figure.Figure` (its axes hold one line per schedule, in order).
 
     Raises:
-      ImportError: matplotlib is not installed (`pip install 'gradtx[plot]'`).
+      ImportError: matplotlib is not installed (`pip install 'gradtx[plot]'`; from a checkout:
+        `pip install -e '.[plot]'`).
     """
     items = _named(schedules)
     xs = _steps(steps)
@@ -89,7 +90,8 @@ def plot(
     except ImportError as err:
         raise ImportError(
             "gradtx.schedules.plot needs matplotlib, which is not installed; "
-            "install it with: pip install 'gradtx[plot]'"
+            "install it with: pip install 'gradtx[plot]' "
+            "(from a checkout: pip install -e '.[plot]')"
         ) from err
 
     fig = Figure(figsize=(7.0, 4.0), layout="constrained")
