@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from jax import tree_util as jtu
 
 from .._base._checks import error_context, expect_state
-from .._base._introspect import node_of, observed_update, register, walk
+from .._base._introspect import at_path, node_of, observed_update, register, walk
 from .._base._typing import OptState, Params, PyTree
 from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
 from ..tree import NonfiniteLocation, match, path_str
@@ -32,12 +32,8 @@ class WithMetricsState(NamedTuple):
     inner_state: OptState
 
 
-def _norm32(x: jax.Array) -> jax.Array:
-    x = jnp.asarray(x)
-    if jnp.issubdtype(x.dtype, jnp.complexfloating):
-        x = jnp.abs(x)
-    x = x.astype(jnp.promote_types(x.dtype, jnp.float32))
-    return jnp.sqrt(jnp.sum(jnp.square(x))).astype(jnp.float32)
+def _squared_norm(x: jax.Array) -> jax.Array:
+    return jnp.asarray(tree_norm(x, squared=True), jnp.float32)
 
 
 def _global_norm(tree: PyTree) -> jax.Array:
@@ -97,23 +93,12 @@ def _moments(inner_state: OptState, params: Params) -> dict[str, tuple]:
         return [jnp.shape(x) for x in jax.tree.leaves(node)] == shapes
 
     found = [path for path, _ in jtu.tree_flatten_with_path(inner_state, is_leaf=is_moment)[0]]
-    found = [p for p in found if is_moment(_at(inner_state, p))]
+    found = [p for p in found if is_moment(at_path(inner_state, p))]
     roles = [path_str(p[-1:]) if p else "state" for p in found]
     out = {}
     for path, role in zip(found, roles, strict=True):
         out[role if roles.count(role) == 1 else path_str(path) or role] = path
     return out
-
-
-def _at(tree: Any, path: tuple) -> Any:
-    for key in path:
-        if isinstance(key, jtu.GetAttrKey):
-            tree = getattr(tree, key.name)
-        elif isinstance(key, jtu.SequenceKey):
-            tree = tree[key.idx]
-        else:
-            tree = tree[key.key]
-    return tree
 
 
 def with_metrics(
@@ -272,9 +257,9 @@ def _per_leaf(who, per_leaf, grads, updates, params, inner_state) -> dict[str, j
     p = jax.tree.leaves(params)
     trees = {"grad_norm": g, "update_norm": u}
     for role, path in _moments(inner_state, params).items():
-        trees[f"{role}_norm"] = jax.tree.leaves(_at(inner_state, path))
-    sq = {k: [jnp.square(_norm32(x)) for x in leaves] for k, leaves in trees.items()}
-    p_sq = [jnp.square(_norm32(x)) for x in p]
+        trees[f"{role}_norm"] = jax.tree.leaves(at_path(inner_state, path))
+    sq = {k: [_squared_norm(x) for x in leaves] for k, leaves in trees.items()}
+    p_sq = [_squared_norm(x) for x in p]
     out: dict[str, jax.Array] = {}
     zero = jnp.zeros([], jnp.float32)
     for name, idx in groups.items():
