@@ -35,10 +35,13 @@ from ._base._version import __version__ as __version__
 
 # -- checkpoints: state_dict, save, load, inspect --------------------------------------------------
 from .checkpoint import CheckpointError as CheckpointError
+from .checkpoint import Migration as Migration
+from .checkpoint import MigrationReport as MigrationReport
 from .checkpoint import StateSummary as StateSummary
 from .checkpoint import inspect_state as inspect_state
 from .checkpoint import load as load
 from .checkpoint import load_state_dict as load_state_dict
+from .checkpoint import migrate as migrate
 from .checkpoint import save as save
 from .checkpoint import state_dict as state_dict
 

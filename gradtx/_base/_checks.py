@@ -429,3 +429,22 @@ def _is_transformation(tx: Any) -> bool:
         and callable(getattr(tx, "init", None))
         and callable(getattr(tx, "update", None))
     )
+
+
+def check_divides(who: str, key: str, shape: tuple[int, ...], sharding: Any) -> None:
+    """Raise a `ValueError` naming `key` when `sharding` (None: no check) does not divide
+    `shape`, e.g. a target made by hand for a mesh whose axis sizes do not divide a dimension."""
+    if sharding is None:
+        return
+    try:
+        sharding.shard_shape(shape)
+    except ValueError as e:
+        spec = getattr(sharding, "spec", sharding)
+        mesh = getattr(sharding, "mesh", None)
+        on = f" on a mesh of shape {dict(mesh.shape)}" if mesh is not None else ""
+        raise ValueError(
+            f"{who}: the target sharding of {key!r} does not divide its shape {shape}: "
+            f"{spec}{on}. Build the target with gradtx.abstract_state(tx, params, ...) on the "
+            "new mesh (it leaves out the mesh axes that do not divide a dimension), or pick a "
+            "mesh whose axis sizes divide it"
+        ) from e

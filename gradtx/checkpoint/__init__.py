@@ -14,8 +14,8 @@ promised and which tests prove it.
 
 from __future__ import annotations
 
+import logging
 import os
-import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,130 +25,38 @@ from jax import tree_util as jtu
 
 from .._base._checks import did_you_mean
 from .._base._typing import OptState
-from ..tree import path_str
 from ._inspect import StateField, StateSummary, inspect_state
 from ._io import CheckpointError, check_path, open_regular, read_header, read_tensors, write_file
+from ._leaves import (
+    _check_concrete,
+    _default_placement,
+    _flatten,
+    _fmt,
+    _fmt_pair,
+    _is_key,
+    _restore,
+    _spec,
+    _to_host,
+)
+from ._migrate import Migration, MigrationReport, migrate_into, source_values
+from ._roles import Role, structure_of
 
 __all__ = [
     "CheckpointError",
+    "Migration",
+    "MigrationReport",
     "StateField",
     "StateSummary",
     "inspect_state",
     "load",
     "load_state_dict",
+    "migrate",
     "save",
     "state_dict",
 ]
 
-_RESERVED = "__metadata__"
 _BATCH_BYTES = 64 << 20
-
-
-def _flatten(who: str, state: OptState) -> tuple[list[tuple[str, Any]], Any]:
-    """(path, leaf) pairs in flattening order and the treedef; paths must be unique."""
-    with_path, treedef = jtu.tree_flatten_with_path(state)
-    items: list[tuple[str, Any]] = []
-    seen: set[str] = set()
-    for key_path, leaf in with_path:
-        key = path_str(key_path)
-        if key in seen or key == _RESERVED:
-            raise CheckpointError(
-                f"{who}: two leaves of the state have the path {key!r} (or it is reserved); "
-                "rename the dict key that contains '/' or that repeats a sibling's name"
-            )
-        seen.add(key)
-        items.append((key, leaf))
-    return items, treedef
-
-
-def _is_key(leaf: Any) -> bool:
-    dtype = getattr(leaf, "dtype", None)
-    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
-
-
-def _spec(leaf: Any) -> tuple[tuple[int, ...], np.dtype]:
-    """Shape and dtype of a leaf as it is stored (PRNG keys as their raw key data)."""
-    if _is_key(leaf):
-        data = jax.eval_shape(jax.random.key_data, leaf)
-        return tuple(data.shape), np.dtype(data.dtype)
-    if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
-        return tuple(int(d) for d in leaf.shape), np.dtype(leaf.dtype)
-    arr = np.asarray(leaf)
-    return arr.shape, arr.dtype
-
-
-def _check_concrete(who: str, key: str, leaf: Any) -> None:
-    if isinstance(leaf, jax.ShapeDtypeStruct | jax.core.Tracer):
-        raise CheckpointError(
-            f"{who}: {key!r} is abstract ({type(leaf).__name__}); save a concrete state, "
-            "outside jax.jit"
-        )
-
-
-def _to_host(who: str, key: str, leaf: Any) -> np.ndarray:
-    _check_concrete(who, key, leaf)
-    if _is_key(leaf):
-        leaf = jax.random.key_data(leaf)
-    return np.asarray(leaf)
-
-
-def _fmt(spec: tuple[tuple[int, ...], np.dtype]) -> str:
-    return f"{spec[1].name}{list(spec[0])}"
-
-
-def _byte_order(dtype: np.dtype) -> str:
-    little = dtype.byteorder == "<" or (dtype.byteorder == "=" and sys.byteorder == "little")
-    return "little-endian" if little else "big-endian"
-
-
-def _fmt_pair(
-    a: tuple[tuple[int, ...], np.dtype], b: tuple[tuple[int, ...], np.dtype]
-) -> tuple[str, str]:
-    """Two mismatched specs as text; when only their byte order differs, it is named (the
-    names alone would read `float32[5]` twice)."""
-    if _fmt(a) == _fmt(b):
-        return f"{_fmt(a)} ({_byte_order(a[1])})", f"{_fmt(b)} ({_byte_order(b[1])})"
-    return _fmt(a), _fmt(b)
-
-
-def _restore(who: str, key: str, template: Any, value: Any) -> Any:
-    """`value` (host or device array) as a leaf like `template`: a jax.Array on the template's
-    sharding (weak type kept for scalars), a NumPy array, or a Python scalar."""
-    if isinstance(template, jax.Array | jax.ShapeDtypeStruct):
-        # An uncommitted template (default placement) gives an uncommitted leaf, so a jitted
-        # step compiled for the original state is reused as is (no recompilation).
-        committed = template.committed if isinstance(template, jax.Array) else True
-        sharding = getattr(template, "sharding", None) if committed else None
-        if _is_key(template):
-            if not isinstance(template, jax.Array):
-                raise CheckpointError(
-                    f"{who}: {key!r} is a PRNG key; pass a concrete template for it "
-                    "(its key implementation is read from the template)"
-                )
-            impl = jax.random.key_impl(template)
-            return jax.device_put(jax.random.wrap_key_data(value, impl=impl), sharding)
-        if getattr(template, "weak_type", False) and np.ndim(value) == 0:
-            weak = jax.numpy.asarray(np.asarray(value).item())
-            if weak.dtype == template.dtype:
-                return jax.device_put(weak, sharding)
-        return jax.device_put(value, sharding)
-    if isinstance(template, np.ndarray):
-        return np.asarray(value)
-    if isinstance(template, np.generic):
-        return np.asarray(value)[()]
-    if isinstance(template, bool | int | float | complex):
-        return type(template)(np.asarray(value).item())
-    return np.asarray(value)
-
-
-def _default_placement(template: Any) -> bool:
-    """Whether a template leaf restores as a plain array on the default device (uncommitted,
-    not a PRNG key, not weakly typed)."""
-    if _is_key(template) or getattr(template, "weak_type", False):
-        return False
-    if isinstance(template, jax.Array):
-        return not template.committed
-    return isinstance(template, jax.ShapeDtypeStruct) and template.sharding is None
+_log = logging.getLogger("gradtx.checkpoint")
 
 
 def _listing(title: str, keys: list[str], limit: int = 12) -> str:
@@ -314,11 +222,17 @@ def save(path: str | os.PathLike, state: OptState, *, fsync: bool = True) -> str
                 nxt.copy_to_host_async()
         return _to_host("save", *items[i])
 
-    write_file(path, specs, fetch, fsync=fsync)
+    write_file(path, specs, fetch, fsync=fsync, structure=structure_of(state))
     return path
 
 
-def load(path: str | os.PathLike, template_state: OptState, *, strict: bool = True) -> OptState:
+def load(
+    path: str | os.PathLike,
+    template_state: OptState,
+    *,
+    strict: bool = True,
+    migrate: bool = False,
+) -> OptState:
     """Read a state written by `save`, with the structure of `template_state`.
 
     The header is checked against the template first (keys, shapes, dtypes: a `CheckpointError`
@@ -338,6 +252,11 @@ def load(path: str | os.PathLike, template_state: OptState, *, strict: bool = Tr
         differ from the saved run's. Leaves come back on the template's shardings.
       strict: if False, keys missing from the file keep the template's value and keys only in
         the file are ignored.
+      migrate: match the file's tensors to the template by what they are (parameter path and
+        role), not by their paths: the file may come from another chain of the same optimizer
+        (a clip or wrapper added or removed, moments in another dtype). See `gradtx.migrate`,
+        which also returns the report; here it is logged (logger `gradtx.checkpoint`, level
+        INFO) and `strict` is not used.
 
     Returns:
       The restored state.
@@ -349,11 +268,16 @@ def load(path: str | os.PathLike, template_state: OptState, *, strict: bool = Tr
     """
     path = os.fsdecode(path)
     check_path("load", path)
+    if migrate:
+        values, source = _source(path, None, None)
+        result = migrate_into(values, template_state, source=source)
+        _log.info("load(%r, migrate=True): %s", path, result.report)
+        return result.state
     who = f"load({path!r})"
     template, treedef = _flatten(who, template_state)
     by_key = dict(template)
     with open_regular(path) as f:
-        entries, start = read_header(f, path)
+        entries, start, _ = read_header(f, path)
         found = {e.key: (e.shape, e.dtype.newbyteorder("=")) for e in entries}
         _check_match(who, "checkpoint", template, found, strict)
         wanted = [e for e in entries if e.key in by_key]
@@ -383,3 +307,82 @@ def load(path: str | os.PathLike, template_state: OptState, *, strict: bool = Tr
             flush()
     leaves = [restored.get(key, leaf) for key, leaf in template]
     return jtu.tree_unflatten(treedef, leaves)
+
+
+def _read_all(path: str) -> tuple[dict[str, np.ndarray], str | None]:
+    """Every tensor of a checkpoint file (checksums verified) and its recorded structure."""
+    check_path("migrate", path)
+    with open_regular(path) as f:
+        entries, start, structure = read_header(f, path)
+        flat = {entry.key: arr for entry, arr in read_tensors(f, path, entries, start)}
+    return flat, structure
+
+
+def _source(old: Any, old_tx: Any, params: Any) -> tuple[list[Role], str]:
+    template = None if old_tx is None else (lambda: jax.eval_shape(old_tx.init, params))
+    return source_values(old, _read_all, load, load_state_dict, template)
+
+
+def migrate(
+    state_or_path: Any,
+    tx_new: Any,
+    params: Any,
+    *,
+    old_tx: Any = None,
+    strict: bool = False,
+) -> Migration:
+    """Build `tx_new`'s state from an older state, matching each value by what it *is*.
+
+    A value's role is the state class that holds it, its field and its parameter path
+    (`ScaleByAdamState.mu[encoder/kernel]`), plus the names that tell sub-states apart
+    (`named_chain` names, `multi_transform` labels), never its position in the chain. So the old
+    state may come from another arrangement of the same optimizer: stateless transformations
+    (clipping, weight decay, scaling) added or removed, the optimizer wrapped in or unwrapped
+    from `accumulate_k_steps`, `apply_if_finite`, `skip_on_spikes`, `lookahead`,
+    `inject_hyperparams`, masks, `multi_transform` (same labels), other schedules or
+    hyperparameter values. Rules:
+
+    - a value both states have is carried over; to another dtype where the new one differs
+      (float32 <-> bfloat16 <-> `gradtx.quantized()` 8-bit, decoded and re-encoded; exact
+      where the target can hold the value);
+    - a value only the new optimizer has starts as `tx_new.init(params)` makes it (fresh): the
+      state of a new wrapper (its counters at zero, `accumulate_k_steps`'s empty sum,
+      `skip_on_spikes`'s empty window, `ema_params` / `lookahead` starting from `params`,
+      `inject_hyperparams`'s step count at zero and its hyperparameters at their initial
+      values), a moment of a new transformation at zero;
+    - a value only the old state has is dropped (e.g. a removed wrapper's counters);
+    - both are listed in the report; a shape mismatch, a dtype migrate does not convert, a
+      matched state with no parameter path in common, or an ambiguous match (two same-class
+      states, one removed) is a `CheckpointError` naming both paths.
+
+    Args:
+      state_or_path: the old state (a gradtx or Optax state pytree), a file written by
+        `gradtx.save` (files record what each tensor is; older files need `old_tx`), or a flat
+        `gradtx.state_dict` (needs `old_tx`).
+      tx_new: the optimizer to build the state for.
+      params: the parameters (or `jax.ShapeDtypeStruct`s, if no value starts fresh from them),
+        for `tx_new.init`.
+      old_tx: the optimizer that made the old state; needed only for a flat state dict or a
+        file written before files recorded their structure.
+      strict: refuse (a `CheckpointError` with the report) unless every value is carried.
+
+    Returns:
+      `Migration(state, report)`: the new state (on the shardings `tx_new.init(params)` gives)
+      and a `MigrationReport` (`print(report)` lists what was converted, fresh and dropped).
+
+    Example:
+      >>> import gradtx, jax.numpy as jnp
+      >>> params = {"w": jnp.ones(3)}
+      >>> state = gradtx.adam(1e-3).init(params)
+      >>> tx_new = gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adam(1e-3))
+      >>> new_state, report = gradtx.migrate(state, gradtx.accumulate_k_steps(tx_new, 4), params)
+      >>> print(report)  # doctest: +NORMALIZE_WHITESPACE
+      migrated: 4 carried, 0 converted, 4 fresh, 0 dropped
+        fresh:
+          micro_step (AccumulateState.micro_step)
+          grad_sum/w (AccumulateState.grad_sum[w])
+          gradient_step (AccumulateState.gradient_step)
+          skip_state (AccumulateState.skip_state)
+    """
+    values, source = _source(state_or_path, old_tx, params)
+    return migrate_into(values, tx_new.init(params), source=source, strict=strict)

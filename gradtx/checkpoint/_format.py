@@ -13,6 +13,11 @@ safetensors layout. `__metadata__` (string values only, as safetensors requires)
 - `index64` (version 2): `blake2b-64` of the sorted `[key, dtype, shape]` list, so that a
   changed key name, dtype or shape is detected in the header, before any data is read, even for
   a tensor that a non-strict load skips.
+- `structure` (optional, written since 0.1.0): what the flat keys do not show, as JSON: the
+  containers outside the transformations' state objects (`"seq"`, `"dict"`), the class names of
+  the state objects and the 8-bit buffers' layouts (`_roles.structure_of`), so `gradtx.migrate`
+  can tell what each tensor is without the optimizer that wrote it. Not covered by `index64`: a
+  corrupt structure can only make a migration refuse or report, never change a tensor.
 
 The parser accepts exactly this layout and turns every deviation (wrong JSON types, non-integer
 or huge sizes, overlapping offsets, duplicate keys, deep nesting) into a `CheckpointError` that
@@ -119,7 +124,9 @@ def sum_text(keys: Sequence[str], sums: Sequence[int]) -> str:
     return ",".join(f"{bind(k, s):016x}" for k, s in sorted(zip(keys, sums, strict=True)))
 
 
-def header_bytes(entries: Sequence[tuple[str, str, tuple[int, ...], int, int]]) -> bytes:
+def header_bytes(
+    entries: Sequence[tuple[str, str, tuple[int, ...], int, int]], structure: str | None = None
+) -> bytes:
     """The header of a version 2 file, with zeros in place of the checksums (written last, in
     place: `SUM_PREFIX` is where they start)."""
     tensors = {
@@ -132,6 +139,8 @@ def header_bytes(entries: Sequence[tuple[str, str, tuple[int, ...], int, int]]) 
         "version": VERSION,
         "index64": index64((key, code, shape) for key, code, shape, _, _ in entries),
     }
+    if structure is not None:
+        metadata["structure"] = structure
     text = json.dumps({"__metadata__": metadata, **tensors}, separators=(", ", ": "))
     assert text.startswith(SUM_PREFIX)
     raw = text.encode("utf-8")
@@ -222,9 +231,10 @@ def _checksums(path: str, text: Any, count: int) -> list[int]:
     return [int(s, 16) for s in sums]
 
 
-def parse_header(raw: bytes, path: str) -> tuple[list[Entry], int]:
-    """The entries of a header (sorted by their offsets, contiguous from 0) and the size of
-    the data section they describe; a `CheckpointError` names whatever does not fit."""
+def parse_header(raw: bytes, path: str) -> tuple[list[Entry], int, str | None]:
+    """The entries of a header (sorted by their offsets, contiguous from 0), the size of the
+    data section they describe and the recorded state structure (None in files written before
+    it was recorded); a `CheckpointError` names whatever does not fit."""
     try:
         header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
     except RecursionError:
@@ -282,4 +292,7 @@ def parse_header(raw: bytes, path: str) -> tuple[list[Entry], int]:
                 f"{problem} (the data before it ends at byte {expected})",
             )
         expected = entry.end
-    return entries, expected
+    structure = meta.get("structure")
+    if structure is not None and not isinstance(structure, str):
+        raise bad(path, f"'__metadata__' field 'structure' is {_short(structure)}, not a string")
+    return entries, expected, structure

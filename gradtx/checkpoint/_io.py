@@ -168,6 +168,7 @@ def write_file(
     fetch: Callable[[int], np.ndarray],
     *,
     fsync: bool = True,
+    structure: str | None = None,
 ) -> None:
     """Write a checkpoint atomically: `items` are (key, shape, dtype) in file order and
     `fetch(i)` returns tensor `i` as a NumPy array (called once each, in order). A failed write
@@ -177,7 +178,7 @@ def write_file(
         nbytes = math.prod(shape) * dtype.itemsize
         entries.append((key, dtype_code("save", key, dtype), shape, offset, offset + nbytes))
         offset += nbytes
-    header = header_bytes(entries)
+    header = header_bytes(entries, structure)
     total = 8 + len(header) + offset
     folder = os.path.dirname(os.path.abspath(path))
     remove_stale_temps(path)
@@ -272,10 +273,10 @@ def _read_exact(f: Any, n: int) -> bytes:
     return bytes(out[:got])
 
 
-def read_header(f: Any, path: str) -> tuple[list[Entry], int]:
-    """The tensors listed in an open file's header (in file order) and where its data section
-    starts; checks the format, the layout and that the file is complete (a truncated file fails
-    here)."""
+def read_header(f: Any, path: str) -> tuple[list[Entry], int, str | None]:
+    """The tensors listed in an open file's header (in file order), where its data section
+    starts and the recorded state structure (or None); checks the format, the layout and that
+    the file is complete (a truncated file fails here)."""
     size = os.fstat(f.fileno()).st_size
     head = _read_exact(f, 8)
     if len(head) < 8:
@@ -286,7 +287,7 @@ def read_header(f: Any, path: str) -> tuple[list[Entry], int]:
     raw = _read_exact(f, n)
     if len(raw) < n:
         raise bad(path, f"the header ends early at byte {8 + len(raw)} (the file was truncated)")
-    entries, data_size = parse_header(raw, path)
+    entries, data_size, structure = parse_header(raw, path)
     start = 8 + n
     if size != start + data_size:
         raise bad(
@@ -294,7 +295,7 @@ def read_header(f: Any, path: str) -> tuple[list[Entry], int]:
             f"the header describes {start + data_size} bytes but the file has {size} "
             + ("(truncated: an interrupted copy?)" if size < start + data_size else ""),
         )
-    return entries, start
+    return entries, start, structure
 
 
 def read_tensors(

@@ -8,6 +8,8 @@ COMMANDS = {
     "demo": "train a small model with gradtx and plot it",
     "describe": "print the optimizer a config builds: chain, hyperparameters, lr",
     "plot-schedule": "plot a config's learning-rate schedule to an image",
+    "inspect": "list what a checkpoint file holds: paths, roles, shapes, step",
+    "migrate": "rebuild a checkpoint's state for another optimizer config",
 }
 
 
@@ -32,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
         from ._commands import COMMANDS as CONFIG_COMMANDS
 
         return CONFIG_COMMANDS[command][0](rest)
+    if command in ("inspect", "migrate"):
+        from ._state import COMMANDS as STATE_COMMANDS
+
+        return STATE_COMMANDS[command][0](rest)
     from .._base._checks import did_you_mean
 
     shown = repr(command if len(command) <= 40 else f"{command[:37]}...")

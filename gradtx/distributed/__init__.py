@@ -42,6 +42,7 @@ import numpy as np
 from jax import tree_util as jtu
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from .._base._checks import check_divides
 from .._base._typing import OptState, Params, PyTree
 from ..core._transformation import GradientTransformation
 from ..tree import path_str
@@ -351,7 +352,12 @@ def load_sharded(directory: str | os.PathLike, target: OptState) -> OptState:
 
     Returns:
       The restored state; every leaf is placed with `target`'s sharding for it, which may differ
-      from the one it was saved with (e.g. restore a replicated state as ZeRO-1).
+      from the one it was saved with (e.g. restore a replicated state as ZeRO-1, or a state
+      saved on 8 devices onto 4 or 16). Each device reads only its own shards.
+
+    Raises:
+      ValueError: a target sharding does not divide its leaf's shape (the message names the
+        leaf), checked before anything is read.
     """
     ocp = _orbax("load_sharded")
     path = os.path.abspath(os.fspath(directory))
@@ -360,9 +366,18 @@ def load_sharded(directory: str | os.PathLike, target: OptState) -> OptState:
         k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=getattr(v, "sharding", None))
         for k, v in named.items()
     }
+    _check_divides("load_sharded", structs)
     with ocp.StandardCheckpointer() as ckptr:
         restored = ckptr.restore(path, structs)
     return jtu.tree_unflatten(treedef, [restored[k] for k in named])
+
+
+def _check_divides(who: str, structs: dict[str, jax.ShapeDtypeStruct]) -> None:
+    """Raise a `ValueError` naming the first target leaf whose sharding does not divide its
+    shape, before orbax starts reading (it would log every TensorStore spec, then fail on a
+    leaf it does not name)."""
+    for key, struct in structs.items():
+        check_divides(who, key, tuple(struct.shape), struct.sharding)
 
 
 _COLLECTIVES = (

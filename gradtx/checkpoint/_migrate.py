@@ -1,0 +1,330 @@
+"""`migrate`: a state for another optimizer, built from an older state by what its leaves are.
+
+The old state's values and the new template's are listed with their roles (`_roles.py`). The
+state objects (one per stateful transformation or wrapper) are matched first: in order, by class
+name and labels, as the longest common subsequence of the two lists; when two alignments are
+equally long (two same-class objects, one of which was removed) the migration refuses rather
+than guess. Inside a matched pair, values are matched by field and parameter path: a value found
+in both is carried over (converted to the new dtype or 8-bit code where they differ; a shape
+difference is an error naming both paths); a value only the new state has starts as the template
+has it (fresh, reported); a value only the old one has is dropped (reported).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+from jax import tree_util as jtu
+
+from .._base._typing import OptState
+from ..state._quantize import QuantizedArray, decode, encode
+from ..tree import path_str
+from ._format import CheckpointError
+from ._leaves import _is_key, _restore, _spec
+from ._roles import Role, roles, skeleton
+
+_LIMIT = 12
+
+
+@dataclasses.dataclass(frozen=True)
+class MigrationReport:
+    """What `migrate` did with each value, by state path and role.
+
+    Attributes:
+      carried: (old path, new path) of every value copied as it was.
+      converted: (old path, new path, what) of every value carried to another dtype or code
+        (`what` is e.g. `"float32 -> bfloat16"`).
+      fresh: (new path, role) of every value the old state lacks: it starts as `tx_new.init`
+        made it (a new wrapper's counters at zero, a new moment at zero, ...).
+      dropped: (old path, role) of every value the new optimizer has no place for.
+    """
+
+    carried: tuple[tuple[str, str], ...] = ()
+    converted: tuple[tuple[str, str, str], ...] = ()
+    fresh: tuple[tuple[str, str], ...] = ()
+    dropped: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def complete(self) -> bool:
+        """Whether every value was carried (nothing fresh, nothing dropped)."""
+        return not self.fresh and not self.dropped
+
+    def __str__(self) -> str:
+        lines = [
+            f"migrated: {len(self.carried)} carried, {len(self.converted)} converted, "
+            f"{len(self.fresh)} fresh, {len(self.dropped)} dropped"
+        ]
+        for title, rows in (
+            ("converted", [f"{new} ({what})" for _, new, what in self.converted]),
+            ("fresh", [f"{path} ({role})" for path, role in self.fresh]),
+            ("dropped", [f"{path} ({role})" for path, role in self.dropped]),
+        ):
+            if rows:
+                more = f"\n    ... and {len(rows) - _LIMIT} more" if len(rows) > _LIMIT else ""
+                lines.append(f"  {title}:\n    " + "\n    ".join(rows[:_LIMIT]) + more)
+        return "\n".join(lines)
+
+
+class Migration(NamedTuple):
+    """What `migrate` returns: the new state and the report (`state, report = migrate(...)`)."""
+
+    state: OptState
+    report: MigrationReport
+
+
+def _instances(values: Sequence[Role]) -> list[tuple[str, tuple[str, tuple[str, ...]]]]:
+    """(instance path, token) of each state object, in order of first appearance."""
+    seen: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for role in values:
+        seen.setdefault(role.instance, role.token)
+    return list(seen.items())
+
+
+def _align(old: list[Any], new: list[Any]) -> list[tuple[int, int]]:
+    """The earliest longest common subsequence of two token lists, as index pairs."""
+    n, m = len(old), len(new)
+    best = np.zeros((n + 1, m + 1), dtype=np.int64)
+    for i in range(n - 1, -1, -1):
+        for j in range(m - 1, -1, -1):
+            if old[i] == new[j]:
+                best[i, j] = best[i + 1, j + 1] + 1
+            else:
+                best[i, j] = max(best[i + 1, j], best[i, j + 1])
+    pairs, i, j = [], 0, 0
+    while i < n and j < m:
+        if old[i] == new[j] and best[i, j] == best[i + 1, j + 1] + 1:
+            pairs.append((i, j))
+            i, j = i + 1, j + 1
+        elif best[i + 1, j] >= best[i, j + 1]:
+            i += 1
+        else:
+            j += 1
+    return pairs
+
+
+def _match_instances(
+    old: list[tuple[str, Any]], new: list[tuple[str, Any]], source: str
+) -> dict[str, str]:
+    """new instance path -> old instance path; refuses when the alignment is not unique."""
+    otok, ntok = [t for _, t in old], [t for _, t in new]
+    first = _align(otok, ntok)
+    last = [(len(old) - 1 - i, len(new) - 1 - j) for i, j in _align(otok[::-1], ntok[::-1])]
+    if sorted(first) != sorted(last):
+        a, b = sorted(set(first) ^ set(last))[:2]
+        kind = ntok[a[1]][0] or "leaf"
+        raise CheckpointError(
+            f"migrate: the {source} and the new optimizer each hold several {kind} states and "
+            f"it is ambiguous which old one is which new one (old {old[a[0]][0]!r} or "
+            f"{old[b[0]][0]!r} for new {new[a[1]][0]!r}); give the transformations distinct "
+            "names with gradtx.named_chain, or migrate the parts separately"
+        )
+    return {new[j][0]: old[i][0] for i, j in first}
+
+
+def _stored(value: Any) -> Any:
+    """A value as host data: a key as its raw data, an 8-bit buffer with host parts."""
+    if isinstance(value, QuantizedArray):
+        return value
+    if _is_key(value):
+        return np.asarray(jax.random.key_data(value))
+    return np.asarray(value)
+
+
+def _dtype_name(value: Any) -> str:
+    return "8-bit" if isinstance(value, QuantizedArray) else np.dtype(value.dtype).name
+
+
+def _castable(a: np.dtype, b: np.dtype) -> bool:
+    kinds = {"f": "float", "V": "float", "c": "complex", "i": "int", "u": "int", "b": "bool"}
+    fa = "float" if jax.dtypes.issubdtype(a, np.floating) else kinds.get(a.kind, a.kind)
+    fb = "float" if jax.dtypes.issubdtype(b, np.floating) else kinds.get(b.kind, b.kind)
+    return fa == fb or (fa == "float" and fb == "complex")
+
+
+def _convert(new: Role, old: Role, source: str) -> tuple[Any, str | None]:
+    """The old value as a leaf like the template's `new.value`, and what was converted."""
+    template, value = new.value, _stored(old.value)
+    if _is_key(template) or (not isinstance(template, QuantizedArray) and _is_key(old.value)):
+        want = _spec(template)
+        if _spec(value) != want or not _is_key(template):
+            raise CheckpointError(
+                f"migrate: {old.key!r} of the {source} and {new.key!r} of the new state "
+                f"({new.name}) are not both PRNG keys of one shape"
+            )
+        return _restore("migrate", new.key, template, value), None
+    if old.shape != new.shape:
+        raise CheckpointError(
+            f"migrate: {new.name} has shape {list(new.shape)} in the new state ({new.key!r}) "
+            f"but {list(old.shape)} in the {source} ({old.key!r}); the parameters differ "
+            "(another model?) or the role means something else there"
+        )
+    note = None
+    if isinstance(template, QuantizedArray):
+        same = (
+            isinstance(value, QuantizedArray)
+            and value.block_size == template.block_size
+            and value.signed == template.signed
+        )
+        if not same:
+            floats = decode(value) if isinstance(value, QuantizedArray) else value
+            value = jax.device_get(
+                encode(
+                    np.asarray(floats, np.float32),
+                    block_size=template.block_size,
+                    signed=template.signed,
+                )
+            )
+            note = f"{_dtype_name(old.value)} -> 8-bit"
+        codes = _restore("migrate", new.key + "/codes", template.codes, np.asarray(value.codes))
+        scale = _restore("migrate", new.key + "/scale", template.scale, np.asarray(value.scale))
+        return QuantizedArray(
+            codes, scale, template.shape, template.block_size, template.signed
+        ), note
+    if isinstance(value, QuantizedArray):
+        value = np.asarray(decode(value))
+        note = "8-bit -> "
+    want = np.dtype(getattr(template, "dtype", np.asarray(template).dtype))
+    if value.dtype != want:
+        if not _castable(value.dtype, want):
+            raise CheckpointError(
+                f"migrate: {new.name} is {want.name} in the new state ({new.key!r}) but "
+                f"{value.dtype.name} in the {source} ({old.key!r}): not a conversion migrate "
+                "makes (only float <-> float / 8-bit and int <-> int)"
+            )
+        note = (note or f"{value.dtype.name} -> ") + want.name
+        value = value.astype(want)
+    elif note:
+        note += want.name
+    return _restore("migrate", new.key, template, value), note
+
+
+def _unflatten_like(template: OptState, by_key: Mapping[str, Any]) -> OptState:
+    """The template with the values at `by_key`'s paths replaced (an 8-bit buffer as one)."""
+    with_path, treedef = jtu.tree_flatten_with_path(
+        template, is_leaf=lambda x: isinstance(x, QuantizedArray)
+    )
+    leaves = [by_key.get(path_str(kp), leaf) for kp, leaf in with_path]
+    return jtu.tree_unflatten(treedef, leaves)
+
+
+def migrate_into(
+    old_values: Sequence[Role],
+    template: OptState,
+    *,
+    source: str = "old state",
+    strict: bool = False,
+    aliases: Mapping[str, str] | None = None,
+    count: int | None = None,
+) -> Migration:
+    """`template` (the new optimizer's state) with every value the old one has for the same
+    role; see the module docstring for the rules. `aliases` renames old class names (another
+    library's) to gradtx's; `count`, if given, is the value of every fresh scalar integer
+    `count` field (the step count of a converted run, for the new chain's schedules)."""
+    if aliases:
+        old_values = [dataclasses.replace(r, kind=aliases.get(r.kind, r.kind)) for r in old_values]
+    new_values = roles(template)
+    pairs = _match_instances(_instances(old_values), _instances(new_values), source)
+    old_by: dict[str, dict[tuple[str, str], Role]] = {}
+    for role in old_values:
+        old_by.setdefault(role.instance, {})[role.slot] = role
+    new_by: dict[str, list[Role]] = {}
+    for role in new_values:
+        new_by.setdefault(role.instance, []).append(role)
+    for new_instance, old_instance in pairs.items():
+        old_params = {r.param for r in old_by[old_instance].values() if r.param}
+        new_params = {r.param for r in new_by[new_instance] if r.param}
+        if old_params and new_params and not old_params & new_params:
+            first_new = next(r for r in new_by[new_instance] if r.param)
+            first_old = next(r for r in old_by[old_instance].values() if r.param)
+            raise CheckpointError(
+                f"migrate: {first_new.kind} holds parameters {sorted(new_params)[:3]} in the new "
+                f"state ({first_new.key!r}) but {sorted(old_params)[:3]} in the {source} "
+                f"({first_old.key!r}): no parameter path in common (renamed parameters or "
+                "another model); migrate maps values by parameter path and renames nothing"
+            )
+    carried, converted, fresh = [], [], []
+    used: set[str] = set()
+    out: dict[str, Any] = {}
+    for role in new_values:
+        old_instance = pairs.get(role.instance)
+        old = old_by.get(old_instance, {}).get(role.slot) if old_instance is not None else None
+        if old is None:
+            if isinstance(role.value, jax.ShapeDtypeStruct):
+                raise CheckpointError(
+                    f"migrate: {role.key!r} ({role.name}) is not in the {source} and the "
+                    "template is abstract there; pass a concrete template (tx.init(params))"
+                )
+            fresh.append((role.key, role.name))
+            if count is not None and role.field == "count" and _is_int_scalar(role.value):
+                out[role.key] = _restore(
+                    "migrate", role.key, role.value, np.asarray(count, np.dtype(role.value.dtype))
+                )
+            continue
+        used.add(old.key)
+        out[role.key], note = _convert(role, old, source)
+        if note:
+            converted.append((old.key, role.key, note))
+        else:
+            carried.append((old.key, role.key))
+    dropped = [(r.key, r.name) for r in old_values if r.key not in used]
+    report = MigrationReport(tuple(carried), tuple(converted), tuple(fresh), tuple(dropped))
+    if strict and not report.complete:
+        raise CheckpointError(f"migrate(strict=True): not every value has a match\n{report}")
+    return Migration(_unflatten_like(template, out), report)
+
+
+def _is_int_scalar(x: Any) -> bool:
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and np.shape(x) == () and jax.dtypes.issubdtype(dtype, np.integer)
+
+
+def _is_path(x: Any) -> bool:
+    return isinstance(x, str | os.PathLike)
+
+
+def source_values(
+    old: Any,
+    read_file: Callable[[str], tuple[dict[str, np.ndarray], str | None]],
+    load_file: Callable[[str, OptState], OptState],
+    load_flat: Callable[[OptState, Mapping[str, Any]], OptState],
+    old_template: Callable[[], OptState] | None,
+) -> tuple[list[Role], str]:
+    """The old state's values with their roles, and how to name it in messages."""
+    if _is_path(old):
+        path = os.fsdecode(old)
+        source = f"checkpoint {path!r}"
+        if old_template is not None:
+            return roles(load_file(path, old_template())), source
+        flat, structure = read_file(path)
+        if structure is None:
+            raise CheckpointError(
+                f"migrate: {path!r} was written before gradtx recorded what each tensor is (its "
+                "header has no 'structure'); pass old_tx= (the optimizer that wrote it)"
+            )
+        return roles(skeleton(flat, structure, source)), source
+    if (
+        isinstance(old, Mapping)
+        and all(isinstance(k, str) for k in old)
+        and not _looks_like_state(old)
+    ):
+        if old_template is None:
+            raise CheckpointError(
+                "migrate: a flat state dict (from gradtx.state_dict) does not say what each "
+                "value is; pass old_tx= (the optimizer that made it), or pass the state itself"
+            )
+        return roles(load_flat(old_template(), old)), "state dict"
+    return roles(old), "old state"
+
+
+def _looks_like_state(d: Mapping[str, Any]) -> bool:
+    """A dict state (a `named_chain`'s) rather than a flat state dict: its keys hold no '/'
+    and some value is itself a container."""
+    return any(not hasattr(v, "shape") and not np.isscalar(v) for v in d.values())
+
+
+__all__ = ["Migration", "MigrationReport", "migrate_into", "source_values"]

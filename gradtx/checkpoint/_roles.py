@@ -1,0 +1,254 @@
+"""What each leaf of an optimizer state *is*: its role, the key `gradtx.migrate` matches on.
+
+A state is a tree of containers: a `chain`'s tuple, a `named_chain`'s dict, the state objects
+of transformations (NamedTuples, dataclasses: nodes whose children are attributes) and, inside
+those, trees shaped like the parameters. A leaf's role is
+
+- `kind`: the class name of the state object that holds it (`"ScaleByAdamState"`),
+- `labels`: the names on the way to that object that tell sub-states apart: `named_chain`
+  names, `multi_transform` labels, and the fields of states that hold several sub-states by name
+  (`LABELLED`, e.g. SAM's `opt_state` / `adv_state`),
+- `field`: the field of that object (`"mu"`),
+- `param`: the parameter path below the field (`"encoder/kernel"`, `""` for a scalar),
+
+and nothing positional: the index in a `chain` and the field through which a wrapper holds its
+inner state (`TRANSPARENT`: `inner_state`, ...) are left out, so adding a clip to a chain or
+wrapping it in `accumulate_k_steps` changes no role of the leaves that were there. An 8-bit
+buffer (`QuantizedArray`) is one value, whatever its parts.
+
+Roles come from a live state (its classes) or from a checkpoint file, whose header records
+the containers outside the state objects and the class names (`structure_of`, written by
+`gradtx.save`; `skeleton` rebuilds a tree from it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+from jax import tree_util as jtu
+
+from ..state._quantize import QuantizedArray
+from ..tree import path_str
+from ._format import CheckpointError
+
+# Fields through which a wrapper holds the state of the one transformation it wraps: not part
+# of any role (wrapping or unwrapping changes nothing below them).
+TRANSPARENT = frozenset({"inner_state", "inner_opt_state", "base_optimizer_state"})
+# Fields that hold sub-states told apart by their name: the name is a label.
+LABELLED = frozenset(
+    {"inner_states", "opt_state", "adv_state", "measure_states", "hessian_fn_state"}
+)
+
+_QUANTIZED = re.compile(r"QuantizedArray\(block_size=(\d+), signed=(True|False)\)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Role:
+    """One value of a state: where it is (`key`, its `state_dict` path; `instance`, the path of
+    the state object holding it), what it is (`kind`, `labels`, `field`, `param`) and the value
+    itself (an array, a `QuantizedArray` or a `jax.ShapeDtypeStruct`)."""
+
+    key: str
+    instance: str
+    kind: str
+    labels: tuple[str, ...]
+    field: str
+    param: str
+    value: Any = dataclasses.field(compare=False, repr=False)
+
+    @property
+    def token(self) -> tuple[str, tuple[str, ...]]:
+        """What an instance is matched on: its class name and labels."""
+        return self.kind, self.labels
+
+    @property
+    def slot(self) -> tuple[str, str]:
+        """What a value is matched on inside a matched instance."""
+        return self.field, self.param
+
+    @property
+    def name(self) -> str:
+        """The role as text: `ScaleByAdamState.mu[encoder/kernel]` (labels first, if any)."""
+        labels = "".join(f"{label}:" for label in self.labels)
+        what = f"{self.kind}.{self.field}" if self.field else self.kind or "leaf"
+        return f"{labels}{what}" + (f"[{self.param}]" if self.param else "")
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(int(d) for d in np.shape(self.value))
+
+
+def _kind(node: Any, keys: list[Any]) -> str:
+    """'record', 'seq', 'dict' or 'other' for a container whose child keys are `keys`."""
+    if keys and all(isinstance(k, jtu.GetAttrKey) for k in keys):
+        return "record"
+    if isinstance(node, _Seq):
+        return "seq"
+    if isinstance(node, Mapping) or (keys and all(isinstance(k, jtu.DictKey) for k in keys)):
+        return "dict"
+    return "seq"
+
+
+def _children(node: Any) -> list[tuple[Any, Any]]:
+    if node is None or isinstance(node, QuantizedArray):
+        return []
+    if isinstance(node, _Record):
+        return [(jtu.GetAttrKey(k), v) for k, v in node.fields.items()]
+    if isinstance(node, _Seq):
+        return [(jtu.SequenceKey(int(k)), v) for k, v in sorted(node.items(), key=_index)]
+    if jtu.treedef_is_leaf(jax.tree.structure(node)):
+        return []
+    flat, _ = jtu.tree_flatten_with_path(node, is_leaf=lambda y: y is not node)
+    return [(kp[0], child) for kp, child in flat]
+
+
+def _empty(node: Any) -> bool:
+    """None or an empty container: no value (a file has no entry for it)."""
+    return not isinstance(node, QuantizedArray) and jax.tree.structure(node).num_leaves == 0
+
+
+def _class_name(node: Any) -> str:
+    return node.kind if isinstance(node, _Record) else type(node).__name__
+
+
+def roles(state: Any) -> list[Role]:
+    """Every value of `state` (a live state, or a `skeleton` of a file) with its role, in
+    flattening order (a `QuantizedArray` once, at its first part)."""
+    out: list[Role] = []
+
+    def inside(
+        node: Any, path: tuple, instance: tuple, kind: str, labels: tuple, field: str, below: tuple
+    ) -> None:
+        if isinstance(node, QuantizedArray) or not _children(node):
+            if _empty(node):
+                return
+            out.append(
+                Role(path_str(path), path_str(instance), kind, labels, field, path_str(below), node)
+            )
+            return
+        for key, child in _children(node):
+            inside(child, (*path, key), instance, kind, labels, field, (*below, key))
+
+    def outside(node: Any, path: tuple, labels: tuple) -> None:
+        children = _children(node)
+        if not children:
+            if not _empty(node):
+                inside(node, path, path[:-1], "", labels, "", path[-1:])
+            return
+        keys = [k for k, _ in children]
+        kind = _kind(node, keys)
+        for key, child in children:
+            name = key.name if isinstance(key, jtu.GetAttrKey) else ""
+            if kind == "record" and name in TRANSPARENT:
+                outside(child, (*path, key), labels)
+            elif kind == "record" and name in LABELLED:
+                outside(child, (*path, key), (*labels, name))
+            elif kind == "record":
+                inside(child, (*path, key), path, _class_name(node), labels, name, ())
+            elif kind == "dict":
+                outside(child, (*path, key), (*labels, path_str((key,))))
+            else:
+                outside(child, (*path, key), labels)
+
+    outside(state, (), ())
+    return out
+
+
+def structure_of(state: Any) -> str:
+    """The containers of `state` that a file's flat keys do not show, as JSON for its header:
+    `{path: "seq" | "dict" | class name}` for every container outside the state objects, the
+    class names of the state objects, and each `QuantizedArray` with its block size and code."""
+    found: dict[str, str] = {}
+
+    def walk(node: Any, path: tuple, within: bool) -> None:
+        if isinstance(node, QuantizedArray):
+            found[path_str(path)] = (
+                f"QuantizedArray(block_size={node.block_size}, signed={node.signed})"
+            )
+            return
+        children = _children(node)
+        if not children:
+            return
+        kind = _kind(node, [k for k, _ in children])
+        if not within:
+            found[path_str(path)] = _class_name(node) if kind == "record" else kind
+        for key, child in children:
+            name = key.name if isinstance(key, jtu.GetAttrKey) else None
+            enters = kind == "record" and name not in TRANSPARENT | LABELLED
+            walk(child, (*path, key), within or enters)
+
+    walk(state, (), False)
+    return json.dumps(found, separators=(",", ":"), sort_keys=True)
+
+
+class _Record:
+    """A state object rebuilt from a file: its class name and fields (never instantiated as
+    the real class: the file names it, the code that defined it may be gone)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.fields: dict[str, Any] = {}
+
+
+class _Seq(dict):
+    """A sequence rebuilt from a file, by index (the indices of its empty entries are absent)."""
+
+
+def skeleton(flat: Mapping[str, np.ndarray], structure: str, source: str) -> Any:
+    """A tree with the roles of the state a file holds: `flat` (key -> array) nested along the
+    containers `structure` (from `structure_of`) names; state objects become `_Record`s."""
+    try:
+        kinds = json.loads(structure)
+        if not isinstance(kinds, dict) or not all(isinstance(v, str) for v in kinds.values()):
+            raise ValueError("not an object of strings")
+    except ValueError as e:
+        raise CheckpointError(
+            f"{source}: the header's state structure is unreadable ({e})"
+        ) from None
+    root: dict[str, Any] = {}
+    quantized: dict[str, tuple[int, bool]] = {}
+    for path, kind in kinds.items():
+        m = _QUANTIZED.fullmatch(kind)
+        if m:
+            quantized[path] = (int(m.group(1)), m.group(2) == "True")
+    for key, arr in flat.items():
+        parts = key.split("/") if key else []
+        node = root
+        for i, part in enumerate(parts[:-1]):
+            node = node.setdefault(part, {})
+            if "/".join(parts[: i + 1]) in quantized:
+                break
+        node[parts[-1] if parts else ""] = arr
+
+    def build(node: Any, path: str) -> Any:
+        if path in quantized:
+            block_size, signed = quantized[path]
+            codes, scale = node.get("codes"), node.get("scale")
+            if codes is None or scale is None:
+                raise CheckpointError(
+                    f"{source}: the 8-bit buffer {path!r} lacks its codes or scale"
+                )
+            return QuantizedArray(codes, scale, codes.shape, block_size, signed)
+        if not isinstance(node, dict):
+            return node
+        kind = kinds.get(path)
+        children = {k: build(v, f"{path}/{k}" if path else k) for k, v in node.items()}
+        if kind == "seq":
+            return _Seq(children)
+        if kind in (None, "dict"):
+            return children
+        record = _Record(kind)
+        record.fields = children
+        return record
+
+    return build(root, "")
+
+
+def _index(item: tuple[str, Any]) -> int:
+    return int(item[0]) if item[0].isdigit() else -1
