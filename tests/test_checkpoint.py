@@ -391,7 +391,9 @@ def test_inspect_state_reports_fields_step_and_current_hyperparameters():
     text = str(summary)
     assert f"step: {steps} (from 'opt/count')" in text
     assert f"hyperparameter opt/learning_rate = {expected_lr:.6g}" in text
-    assert re.search(r"\nopt/inner_state/0/mu/dense/kernel +\(3, 4\) +float32 +48\n", text)
+    row = r"\nopt/inner_state/0/mu/dense/kernel +opt:ScaleByAdamState.mu\[dense/kernel\] +"
+    assert re.search(row + r"\(3, 4\) +float32 +48\n", text)
+    assert summary.fields[0].role == "opt:InjectHyperparamsState.count"
     with pytest.raises(KeyError, match="did you mean 'learning_rate'"):
         summary.hyperparam("learnig_rate")
 

@@ -377,12 +377,11 @@ def migrate(
       >>> tx_new = gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adam(1e-3))
       >>> new_state, report = gradtx.migrate(state, gradtx.accumulate_k_steps(tx_new, 4), params)
       >>> print(report)  # doctest: +NORMALIZE_WHITESPACE
-      migrated: 4 carried, 0 converted, 4 fresh, 0 dropped
+      migrated: 4 carried, 0 converted, 3 fresh, 0 dropped
         fresh:
           micro_step (AccumulateState.micro_step)
           grad_sum/w (AccumulateState.grad_sum[w])
           gradient_step (AccumulateState.gradient_step)
-          skip_state (AccumulateState.skip_state)
     """
     values, source = _source(state_or_path, old_tx, params)
     return migrate_into(values, tx_new.init(params), source=source, strict=strict)

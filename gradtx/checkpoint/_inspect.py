@@ -12,22 +12,27 @@ from jax import tree_util as jtu
 from .._base._checks import did_you_mean
 from .._base._typing import OptState
 from ..health import metrics, to_scalars
+from ..state._quantize import QuantizedArray
 from ..tree import path_str
 from ..tree._nonfinite import NonfiniteLocation
+from ._roles import roles
 
 _COUNT_NAMES = ("count", "gradient_step")
 
 
 @dataclass(frozen=True)
 class StateField:
-    """One array of a state: its path, shape, dtype, size in bytes and, for one-element arrays
-    that can be read on this host, its value."""
+    """One array of a state: its path, shape, dtype, size in bytes, for one-element arrays that
+    can be read on this host its value, and its role (the state class, field and parameter path
+    that `gradtx.migrate` matches on; `/codes` or `/scale` after it for an 8-bit buffer's
+    parts)."""
 
     path: str
     shape: tuple[int, ...]
     dtype: str
     nbytes: int
     value: float | int | bool | None = None
+    role: str = ""  # what the value is: `ScaleByAdamState.mu[dense/kernel]` (see gradtx.migrate)
 
 
 @dataclass(frozen=True)
@@ -89,20 +94,21 @@ class StateSummary:
     def table(self, max_rows: int | None = None) -> str:
         """The summary as a text table (at most `max_rows` field rows; None for all)."""
         rows = [
-            (f.path, str(f.shape), f.dtype, f"{f.nbytes:,}", _fmt(f.value)) for f in self.fields
+            (f.path, f.role, str(f.shape), f.dtype, f"{f.nbytes:,}", _fmt(f.value))
+            for f in self.fields
         ]
         shown = rows if max_rows is None else rows[:max_rows]
-        head = ("path", "shape", "dtype", "bytes", "value")
+        head = ("path", "role", "shape", "dtype", "bytes", "value")
         widths = [max([len(h), *(len(r[i]) for r in shown)]) for i, h in enumerate(head)]
 
         def line(cells: tuple[str, ...]) -> str:
             parts = [
-                c.ljust(w) if i in (0, 1, 2) else c.rjust(w)
+                c.ljust(w) if i < 4 else c.rjust(w)
                 for i, (c, w) in enumerate(zip(cells, widths, strict=True))
             ]
-            return "  ".join(parts[:4]) + ("  " + cells[4] if cells[4] else "")
+            return "  ".join(parts[:5]) + ("  " + cells[5] if cells[5] else "")
 
-        out = [line(head), "  ".join("-" * w for w in widths[:4]) + "  -----"]
+        out = [line(head), "  ".join("-" * w for w in widths[:5]) + "  -----"]
         out += [line(r) for r in shown]
         if len(shown) < len(rows):
             out.append(f"... {len(rows) - len(shown)} more fields (summary.table(None) shows all)")
@@ -220,6 +226,18 @@ def _located(locations: list[tuple[tuple, NonfiniteLocation]]) -> dict[str, str 
     return out
 
 
+def _role_names(state: OptState) -> dict[str, str]:
+    """Each leaf's path -> its role's name (an 8-bit buffer's parts: the role and the part)."""
+    out = {}
+    for role in roles(state):
+        if isinstance(role.value, QuantizedArray):
+            out[f"{role.key}/codes"] = f"{role.name}/codes"
+            out[f"{role.key}/scale"] = f"{role.name}/scale"
+        else:
+            out[role.key] = role.name
+    return out
+
+
 def inspect_state(state: OptState, tx: Any = None) -> StateSummary:
     """A readable summary of an optimizer state: per field its path, shape, dtype and bytes, the
     current step count, the injected hyperparameters with their current values, and where the
@@ -259,11 +277,12 @@ def inspect_state(state: OptState, tx: Any = None) -> StateSummary:
     locations = _locations(state)
     # a location's `count` counts NaNs, not steps
     not_steps = {path_str((*kp, jtu.GetAttrKey("count"))) for kp, _ in locations}
+    role_of = _role_names(state)
     for key_path, leaf in jtu.tree_flatten_with_path(state)[0]:
         path = path_str(key_path)
         shape, dtype, nbytes = _layout(leaf)
         value = _scalar(leaf)
-        fields.append(StateField(path, shape, dtype, nbytes, value))
+        fields.append(StateField(path, shape, dtype, nbytes, value, role_of.get(path, "")))
         last = path.rsplit("/", 1)[-1]
         if (
             last in _COUNT_NAMES
