@@ -38,6 +38,7 @@ from .checkpoint import CheckpointError as CheckpointError
 from .checkpoint import Migration as Migration
 from .checkpoint import MigrationReport as MigrationReport
 from .checkpoint import StateSummary as StateSummary
+from .checkpoint import from_optax_state as from_optax_state
 from .checkpoint import inspect_state as inspect_state
 from .checkpoint import load as load
 from .checkpoint import load_state_dict as load_state_dict

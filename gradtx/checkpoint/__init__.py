@@ -39,6 +39,7 @@ from ._leaves import (
     _to_host,
 )
 from ._migrate import Migration, MigrationReport, migrate_into, source_values
+from ._optax_state import from_optax_state
 from ._roles import Role, structure_of
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "MigrationReport",
     "StateField",
     "StateSummary",
+    "from_optax_state",
     "inspect_state",
     "load",
     "load_state_dict",

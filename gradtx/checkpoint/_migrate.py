@@ -150,8 +150,7 @@ def _convert(new: Role, old: Role, source: str) -> tuple[Any, str | None]:
     """The old value as a leaf like the template's `new.value`, and what was converted."""
     template, value = new.value, _stored(old.value)
     if _is_key(template) or (not isinstance(template, QuantizedArray) and _is_key(old.value)):
-        want = _spec(template)
-        if _spec(value) != want or not _is_key(template):
+        if _spec(value) != _spec(template) or not _is_key(template):
             raise CheckpointError(
                 f"migrate: {old.key!r} of the {source} and {new.key!r} of the new state "
                 f"({new.name}) are not both PRNG keys of one shape"
@@ -235,12 +234,12 @@ def migrate_into(
     new_by: dict[str, list[Role]] = {}
     for role in new_values:
         new_by.setdefault(role.instance, []).append(role)
-    for new_instance, old_instance in pairs.items():
-        old_params = {r.param for r in old_by[old_instance].values() if r.param}
+    for new_instance, paired in pairs.items():
+        old_params = {r.param for r in old_by[paired].values() if r.param}
         new_params = {r.param for r in new_by[new_instance] if r.param}
         if old_params and new_params and not old_params & new_params:
             first_new = next(r for r in new_by[new_instance] if r.param)
-            first_old = next(r for r in old_by[old_instance].values() if r.param)
+            first_old = next(r for r in old_by[paired].values() if r.param)
             raise CheckpointError(
                 f"migrate: {first_new.kind} holds parameters {sorted(new_params)[:3]} in the new "
                 f"state ({first_new.key!r}) but {sorted(old_params)[:3]} in the {source} "

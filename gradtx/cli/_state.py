@@ -53,8 +53,8 @@ def _inferred_params(values: list[Any]) -> dict[str, Any]:
                 dtypes[role.param][dtype.name] += 1
     flat = {}
     for param, counter in shapes.items():
-        dtype = dtypes[param].most_common(1)[0][0] if dtypes[param] else "float32"
-        flat[param] = np.zeros(counter.most_common(1)[0][0], dtype)
+        name = dtypes[param].most_common(1)[0][0] if dtypes[param] else "float32"
+        flat[param] = np.zeros(counter.most_common(1)[0][0], name)
     return _nested(flat)
 
 
