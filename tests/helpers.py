@@ -116,6 +116,58 @@ def assert_trees_close(actual: Any, expected: Any, rtol: float, atol: float, msg
         )
 
 
+def as_float64(tree: Any) -> Any:
+    """Every floating leaf of `tree` as float64 (call inside `jax.enable_x64(True)`)."""
+    return jax.tree.map(
+        lambda x: (
+            jnp.asarray(x, jnp.float64) if jnp.issubdtype(jnp.result_type(x), jnp.floating) else x
+        ),
+        tree,
+    )
+
+
+def float64_reference(run64: Callable[[], list], expected32: list) -> tuple[list, list]:
+    """The reference's updates per step in float64 (`run64()`, called with x64 enabled and
+    restored after) and, per step and leaf, how far its own float32 run (`expected32`) is from
+    them: the rounding noise float32 arithmetic has on this rule here (Newton-Schulz matmuls,
+    near-ties that switch a branch). Checking our float32 run against the float64 one, to twice
+    that noise, says ours is no further from the exact result than the reference is (the two
+    float32 runs may err on opposite sides, so their mutual gap can be twice the noise)."""
+    with jax.enable_x64(True):
+        expected64 = jax.tree.map(lambda x: np.asarray(x, np.float64), run64())
+    noise = [
+        jax.tree.map(
+            lambda a, b: float(np.max(np.abs(np.asarray(a, np.float64) - b), initial=0.0)), e32, e64
+        )
+        for e32, e64 in zip(expected32, expected64, strict=True)
+    ]
+    return expected64, noise
+
+
+def assert_within_noise(
+    actual: Any, expected64: Any, noise: Any, rtol: float, atol: float, msg: str = ""
+) -> None:
+    """`actual` (float32) against the reference's float64 result, each leaf to twice the
+    reference's own float32 noise there (see `float64_reference`) or `atol`, whichever is
+    larger."""
+    gradtx.tree.assert_same_structure("assert_within_noise", actual=actual, expected=expected64)
+    paths = gradtx.tree.paths(actual)
+    for path, a, e, n in zip(
+        paths,
+        jax.tree.leaves(actual),
+        jax.tree.leaves(expected64),
+        jax.tree.leaves(noise),
+        strict=True,
+    ):
+        np.testing.assert_allclose(
+            np.asarray(a, np.float64),
+            e,
+            rtol=rtol,
+            atol=max(atol, 2.0 * n),
+            err_msg=f"{msg} at {path} (against float64; the reference's float32 noise {n:.2g})",
+        )
+
+
 def compare_transformations(
     tx: gradtx.GradientTransformation,
     reference: Any,

@@ -20,7 +20,15 @@ import pytest
 
 import gradtx
 
-from .helpers import EAGER_STEPS, assert_trees_close, grad_sequence, mixed_params
+from .helpers import (
+    EAGER_STEPS,
+    as_float64,
+    assert_trees_close,
+    assert_within_noise,
+    float64_reference,
+    grad_sequence,
+    mixed_params,
+)
 
 
 def _scan_updates(tx: Any, params: Any, stacked_grads: Any) -> Any:
@@ -75,6 +83,7 @@ def compare_to_optax(
     seed: int = 1,
     reference_key: str | None = None,
     reference_jit: bool = True,
+    float64_noise: bool = False,
 ) -> None:
     """`ours` and `reference` give the same updates at each of `steps` steps (random gradients on
     a mixed pytree by default); ours runs eagerly or under jit, the reference under jit (or
@@ -83,6 +92,11 @@ def compare_to_optax(
     `reference_key` (unique per reference configuration, e.g. "module:case") caches the
     reference's updates for the process, so the eager and the jit test of one case compile the
     reference once. It needs the default `params`.
+
+    `float64_noise=True` also runs the reference (jitted) in float64 and checks ours against
+    that, each leaf to twice the reference's own float32 error there
+    (`helpers.float64_reference`): for rules whose float32 result depends on how XLA fuses them
+    (Newton-Schulz matmuls, branches on near-ties), a tolerance measured, not chosen.
 
     `reference_jit=False` runs the reference eagerly, step by step (cached like a jitted one).
     On CPU, with small trees and JAX's per-op caches warm, that is cheaper than compiling the
@@ -113,6 +127,16 @@ def compare_to_optax(
         expected = _eager_updates(reference, params, grads[: steps if jit else EAGER_STEPS])
     if reference_key is not None and len(expected) == steps:
         _REFERENCE_RUNS[key] = expected
+    if float64_noise:  # the reference in float64: how much float32 rounding moves it here
+        expected64, noise = float64_reference(
+            lambda: _unstack(
+                _jitted_scans((reference,), as_float64(params), as_float64(stacked()))[0], steps
+            ),
+            expected,
+        )
+        for i, u in enumerate(got):
+            assert_within_noise(u, expected64[i], noise[i], rtol, atol, msg=f"step {i}")
+        return
     for i, (u, e) in enumerate(zip(got, expected[: len(got)], strict=True)):
         assert_trees_close(u, e, rtol, atol, msg=f"step {i}")
 

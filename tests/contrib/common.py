@@ -17,7 +17,14 @@ import pytest
 
 import gradtx
 
-from ..helpers import assert_trees_close, grad_sequence, mixed_params
+from ..helpers import (
+    as_float64,
+    assert_trees_close,
+    assert_within_noise,
+    float64_reference,
+    grad_sequence,
+    mixed_params,
+)
 from ..optax_reference import EAGER_STEPS, compare_to_optax
 
 # Learning-rate schedules that start at 1 (most contrib methods treat the learning rate as a
@@ -82,6 +89,7 @@ def compare_with_extra(
     extra: Callable = lambda p: {},
     rtol: float = 1e-5,
     atol: float = 1e-7,
+    float64_noise: bool = False,
 ) -> None:
     """Like `compare_to_optax`, with `extra(params)` passed to every update (e.g. `value=`) and
     any gradient sequence (e.g. per-example gradients). The reference always runs jitted."""
@@ -100,8 +108,19 @@ def compare_with_extra(
             u, state = ours.update(g, state, p, **extra(p))
             p = gradtx.apply_updates(p, u)
             got.append(u)
+    noise = None
+    if float64_noise:  # see optax_reference.compare_to_optax
+        expected64, noise = float64_reference(
+            lambda: _unstack(
+                _jitted((reference,), extra, as_float64(params), as_float64(stacked))[0], steps
+            ),
+            expected,
+        )
     for i, (u, e) in enumerate(zip(got, expected[: len(got)], strict=True)):
-        assert_trees_close(u, e, rtol, atol, msg=f"step {i}")
+        if noise is None:
+            assert_trees_close(u, e, rtol, atol, msg=f"step {i}")
+        else:
+            assert_within_noise(u, expected64[i], noise[i], rtol, atol, msg=f"step {i}")
 
 
 # -- checks run by several families ----------------------------------------------------------

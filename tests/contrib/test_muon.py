@@ -37,7 +37,10 @@ def _optax_dims(p):
 
 
 # A looser absolute tolerance, as Optax's own eager and jitted runs differ (measured on these
-# cases, beyond rtol 1e-5): Muon's Newton-Schulz matmuls round with the fusion (6.8e-7).
+# cases, beyond rtol 1e-5): Muon's Newton-Schulz matmuls round with the fusion (6.8e-7). Jitted
+# runs also allow twice the reference's own float32 noise against its float64 run
+# (`float64_noise`): with jax 0.12 on CPU that noise is 5-7x larger (up to ~1e-5 here), equally
+# for both libraries, as the fused matmuls round differently.
 _MUON_ATOL = 1e-6
 
 # One set of keyword arguments for ours and Optax's (the same schedule objects in both).
@@ -95,7 +98,14 @@ EAGER = {"muon"}
 
 @pytest.mark.parametrize(("name", "ours", "ref", "atol", "jit"), with_modes(CASES, EAGER))
 def test_matches_optax(name, ours, ref, atol, jit):
-    compare_to_optax(ours(), ref(), jit=jit, atol=atol, reference_key=f"{__name__}:{name}")
+    compare_to_optax(
+        ours(),
+        ref(),
+        jit=jit,
+        atol=atol,
+        reference_key=f"{__name__}:{name}",
+        float64_noise=jit,
+    )
 
 
 SAME_SIGNATURE = [
@@ -131,6 +141,7 @@ def test_scale_by_muon_matches_optax_with_dimension_numbers():
         jit=True,
         params=_matrices(),
         atol=_MUON_ATOL,
+        float64_noise=True,
     )
 
 
