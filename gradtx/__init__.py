@@ -39,12 +39,15 @@ from .checkpoint import Migration as Migration
 from .checkpoint import MigrationReport as MigrationReport
 from .checkpoint import StateSummary as StateSummary
 from .checkpoint import from_optax_state as from_optax_state
+from .checkpoint import from_torch_state_dict as from_torch_state_dict
 from .checkpoint import inspect_state as inspect_state
 from .checkpoint import load as load
 from .checkpoint import load_state_dict as load_state_dict
 from .checkpoint import migrate as migrate
 from .checkpoint import save as save
 from .checkpoint import state_dict as state_dict
+from .checkpoint import to_torch_state_dict as to_torch_state_dict
+from .checkpoint import torch_names as torch_names
 
 # -- config: registry, from_config / to_config -----------------------------------------------------
 from .config import ConfigError as ConfigError

@@ -41,6 +41,8 @@ from ._leaves import (
 from ._migrate import Migration, MigrationReport, migrate_into, source_values
 from ._optax_state import from_optax_state
 from ._roles import Role, structure_of
+from ._torch import from_torch_state_dict, to_torch_state_dict
+from ._torch_names import torch_names
 
 __all__ = [
     "CheckpointError",
@@ -49,12 +51,15 @@ __all__ = [
     "StateField",
     "StateSummary",
     "from_optax_state",
+    "from_torch_state_dict",
     "inspect_state",
     "load",
     "load_state_dict",
     "migrate",
     "save",
     "state_dict",
+    "to_torch_state_dict",
+    "torch_names",
 ]
 
 _BATCH_BYTES = 64 << 20

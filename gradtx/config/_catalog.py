@@ -25,11 +25,15 @@ class Section(NamedTuple):
     names: tuple[str, ...]
 
 
-# optax.contrib's optimizers and wrappers, under their bare names where gradtx has none.
+# gradtx.contrib's optimizers and wrappers (optax.contrib's, and those Optax lacks: mars, laprop,
+# cautious, ...),
+# under their bare names where gradtx has none.
 CONTRIB = (
     "acprop",
     "ademamix",
     "adopt",
+    "cautious",
+    "cautious_adamw",
     "cocob",
     "dadapt_adamw",
     "differentially_private_aggregate",
@@ -38,7 +42,9 @@ CONTRIB = (
     "dpsgd",
     "galore",
     "hutchinson_estimator_diag_hessian",
+    "laprop",
     "madgrad",
+    "mars",
     "mechanize",
     "momo",
     "momo_adam",

@@ -149,6 +149,7 @@ _BY_KIND: dict[str, tuple[str, ...]] = {
         "multiply_by_parameter_scale",
         "nesterov",
         "opaque_mode",
+        "optimize_1d",
         "rectify",
         "reset_state",
         "safeguard_warmup",
@@ -164,6 +165,7 @@ _BY_KIND: dict[str, tuple[str, ...]] = {
         "interpolate_type",
         "lr_scheduler_type",
         "lr_warmup_scheduler_type",
+        "mars_type",
         "mode",
         "preconditioning",
         "variant",
@@ -224,6 +226,9 @@ OVERRIDES: dict[str, dict[str, dict[str, str]]] = {
         "contrib.ademamix": {"alpha": "scalar_or_schedule", "b3": "scalar_or_schedule"},
         "contrib.simplified_ademamix": {"alpha": "scalar_or_schedule"},
         "contrib.madgrad": {"momentum": "number"},
+        "contrib.mars": {"adam_weight_decay": "scalar_or_schedule"},
+        "contrib.cautious": {"tx": "optimizer", "offset": "number", "descent": "bool"},
+        "contrib.cautious_adamw": {"offset": "number"},
         # decoupled decay that these take as a number only
         **{
             f"contrib.{name}": {"weight_decay": "number"}

@@ -22,6 +22,9 @@ from ._ademamix import simplified_ademamix as simplified_ademamix
 from ._adopt import ScaleByAdoptState as ScaleByAdoptState
 from ._adopt import adopt as adopt
 from ._adopt import scale_by_adopt as scale_by_adopt
+from ._cautious import CautiousState as CautiousState
+from ._cautious import cautious as cautious
+from ._cautious import cautious_adamw as cautious_adamw
 from ._cocob import COCOBState as COCOBState
 from ._cocob import cocob as cocob
 from ._cocob import scale_by_cocob as scale_by_cocob
@@ -40,9 +43,15 @@ from ._galore import GaLoreDimensionNumbers as GaLoreDimensionNumbers
 from ._galore import GaLoreState as GaLoreState
 from ._galore import galore as galore
 from ._galore import scale_by_galore as scale_by_galore
+from ._laprop import ScaleByLapropState as ScaleByLapropState
+from ._laprop import laprop as laprop
+from ._laprop import scale_by_laprop as scale_by_laprop
 from ._madgrad import MadgradState as MadgradState
 from ._madgrad import madgrad as madgrad
 from ._madgrad import scale_by_madgrad as scale_by_madgrad
+from ._mars import ScaleByMarsState as ScaleByMarsState
+from ._mars import mars as mars
+from ._mars import scale_by_mars as scale_by_mars
 from ._mechanic import MechanicState as MechanicState
 from ._mechanic import mechanize as mechanize
 from ._momo import MomoAdamState as MomoAdamState

@@ -16,6 +16,11 @@ from gradtx import contrib
 from ..optimizer_table import OptCase
 
 
+def _cautious_adam(learning_rate, b1=0.9, b2=0.999) -> gradtx.GradientTransformation:
+    # The wrapper around a whole alias (descent updates): C-Adam.
+    return contrib.cautious(gradtx.adam(learning_rate, b1, b2))
+
+
 def _squared_gradient() -> gradtx.GradientTransformation:
     """A Hessian-diagonal estimate that needs no `obj_fn`: the squared gradient (the
     Gauss-Newton-Bartlett flavour of Sophia, Sophia-G, with a batch of one)."""
@@ -140,5 +145,58 @@ CASES = [
             "momentum": 0.9,
         },
         rosenbrock_kwargs={"learning_rate": 5e-4},
+    ),
+    OptCase(
+        "mars",
+        contrib.mars,
+        {"learning_rate": 0.05, "weight_decay": 1e-4},
+        # Rosenbrock's single 1-D leaf would go to the AdamW half: optimize_1d runs MARS on it.
+        rosenbrock_kwargs={
+            "learning_rate": 3e-3,
+            "weight_decay": 0.0,
+            "adam_weight_decay": 0.0,
+            "optimize_1d": True,
+        },
+    ),
+    OptCase(
+        "mars_lion",
+        contrib.mars,
+        # sign steps do not shrink near the minimum: a decaying learning rate
+        {
+            "learning_rate": lambda t: 0.1 / (1.0 + 0.05 * t),
+            "mars_type": "lion",
+            "adam_weight_decay": 0.0,
+        },
+        rosenbrock_kwargs={"learning_rate": lambda t: 3e-3 / (1.0 + 1e-3 * t), "optimize_1d": True},
+    ),
+    OptCase(
+        "laprop", contrib.laprop, {"learning_rate": 0.05}, rosenbrock_kwargs={"learning_rate": 3e-3}
+    ),
+    OptCase(
+        # b1, b2 exact in float32: with bf16 moments, inject_hyperparams' float32 1 - b otherwise
+        # flips a bf16 rounding against the plain run's double-precision 1 - b (6e-5 apart).
+        "laprop_bf16_moments",
+        contrib.laprop,
+        {
+            "learning_rate": 0.05,
+            "b1": 0.875,
+            "b2": 1 - 2**-7,
+            "weight_decay": 1e-4,
+            "mu_dtype": jnp.bfloat16,
+            "nu_dtype": jnp.bfloat16,
+        },
+        rosenbrock_kwargs={"learning_rate": 3e-3, "mu_dtype": None, "nu_dtype": None},
+    ),
+    OptCase(
+        "cautious_adamw",
+        contrib.cautious_adamw,
+        {"learning_rate": 0.05, "weight_decay": 1e-4},
+        rosenbrock_kwargs={"learning_rate": 3e-3},
+    ),
+    OptCase(
+        "cautious_adam_wrapper",
+        _cautious_adam,
+        {"learning_rate": 0.05},
+        rosenbrock_kwargs={"learning_rate": 3e-3},
     ),
 ]

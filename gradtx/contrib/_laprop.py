@@ -1,0 +1,165 @@
+"""LaProp: momentum of the RMSProp-normalised gradient, Adam's bias corrections on both."""
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .._base._checks import alias_errors, check_non_negative
+from .._base._numerics import abs_sq, bias_correction, safe_increment, widen, zero_count
+from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
+from ..core._transformation import GradientTransformation, chain
+from ..state._quantize import as_leaves
+from ..transforms._decay import weight_decay as weight_decay_tx
+from ..transforms._moments import check_moments
+from ..transforms._scaling import scale_by_learning_rate
+from ..transforms._tier import ema, moment_buffers, read, stored
+from ..tree import assert_same_structure, map_split
+
+
+class ScaleByLapropState(NamedTuple):
+    """State of `scale_by_laprop`."""
+
+    count: jax.Array  # type: ignore[assignment]  # int32, saturating
+    mu: Updates  # EMA of the normalised gradients, dtype mu_dtype or the params'
+    nu: Updates  # EMA of |g|^2, dtype nu_dtype or the params'
+
+
+def scale_by_laprop(
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-15,
+    eps_root: ArrayLike = 0.0,
+    *,
+    mu_dtype: Any = None,
+    nu_dtype: Any = None,
+) -> GradientTransformation:
+    r"""Rescale updates by LaProp: the gradient is normalised by the current second moment
+    *before* it enters the momentum (Adam normalises the momentum afterwards).
+
+    .. math::
+
+      \nu_t = \beta_2 \nu_{t-1} + (1-\beta_2) g_t^2, \qquad
+      m_t = \beta_1 m_{t-1} + (1-\beta_1)
+        \frac{g_t}{\sqrt{\nu_t / (1-\beta_2^t) + \epsilon_{root}} + \epsilon}, \qquad
+      u_t = \frac{m_t}{1-\beta_1^t}
+
+    This is Algorithm 1 of the paper (its :math:`\mu, \nu` are :math:`\beta_1, \beta_2` here).
+    With constant gradients every update is :math:`\mathrm{sign}(g)` (up to :math:`\epsilon`),
+    from the first step on. `pytorch_optimizer.LaProp` computes the same values
+    with two small differences: its denominator is
+    :math:`(\sqrt{\nu_t + 10^{-15}} + \epsilon) / \sqrt{1-\beta_2^t}` (so its :math:`\epsilon` is
+    rescaled by the bias correction), and it keeps the learning rate *inside* the momentum (see
+    `laprop`).
+
+    Args:
+      b1: :math:`\beta_1` in [0, 1), decay of the momentum.
+      b2: :math:`\beta_2` in [0, 1), decay of the second moment.
+      eps: :math:`\epsilon` >= 0, outside the square root (the paper's default, 1e-15).
+      eps_root: :math:`\epsilon_{root}` >= 0, inside the square root.
+      mu_dtype: dtype of the momentum (default: the params' dtype), or a `gradtx.quantized()`
+        spec for 8-bit storage.
+      nu_dtype: dtype of the second moment (default: the params' dtype), or a
+        `gradtx.quantized()` spec.
+
+    Returns:
+      A `GradientTransformation` with state `ScaleByLapropState(count, mu, nu)`.
+
+    Reference: Ziyin, Wang & Ueda, "LaProp: Separating Momentum and Adaptivity in Adam" (2020),
+    arXiv:2002.04839.
+    """
+    who = "scale_by_laprop"
+    check_moments(who, b1, b2, eps, mu_dtype, nu_dtype)
+    check_non_negative(who, "eps_root", eps_root)
+
+    def init(params):
+        return ScaleByLapropState(
+            count=zero_count(),
+            mu=moment_buffers(params, mu_dtype),
+            nu=moment_buffers(params, nu_dtype, signed=False),
+        )
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        assert_same_structure(who, updates=updates, **{"state.mu": as_leaves(state.mu)})
+        count = safe_increment(state.count)
+        c1 = bias_correction(b1, count)
+        c2 = bias_correction(b2, count)
+
+        def leaf(g, m, v):
+            gw = widen(g)
+            v_buf, v_new = stored(ema(b2, abs_sq(gw), read(v)), v)
+            normalised = gw / (jnp.sqrt(v_new / c2 + eps_root) + eps)
+            m_buf, m_new = stored(ema(b1, normalised, read(m)), m)
+            return (m_new / c1).astype(g.dtype), m_buf, v_buf
+
+        updates, mu, nu = map_split(leaf, 3, updates, state.mu, state.nu)
+        return updates, ScaleByLapropState(count=count, mu=mu, nu=nu)
+
+    return GradientTransformation(init, update)
+
+
+@alias_errors(renamed={"weight_decay: rate": "weight_decay"})
+def laprop(
+    learning_rate: ScalarOrSchedule,
+    b1: ArrayLike = 0.9,
+    b2: ArrayLike = 0.999,
+    eps: ArrayLike = 1e-15,
+    eps_root: ArrayLike = 0.0,
+    weight_decay: ScalarOrSchedule = 0.0,
+    mask: Any = None,
+    *,
+    mu_dtype: Any = None,
+    nu_dtype: Any = None,
+) -> GradientTransformation:
+    r"""LaProp: Adam with the order of momentum and normalisation swapped.
+
+    .. math::
+
+      w_t = w_{t-1} - \eta_t \left( \frac{m_t}{1-\beta_1^t} + \lambda w_{t-1} \right)
+
+    with :math:`m_t`, the momentum of the normalised gradients, from `scale_by_laprop`.
+    `chain(scale_by_laprop(...), weight_decay(weight_decay, mask),
+    scale_by_learning_rate(learning_rate))`. As in the paper's Algorithm 1 the learning rate
+    multiplies the bias-corrected momentum; `pytorch_optimizer.LaProp` (and the authors' code)
+    accumulate :math:`\eta_t` inside the momentum and divide by an EMA of :math:`\eta_t`, which
+    gives the same steps for a constant learning rate and different ones under a schedule. Its
+    decoupled weight decay multiplies the already-updated weights by :math:`1-\eta\lambda`;
+    here the decay reads :math:`w_{t-1}`, as in `adamw` (a difference of order
+    :math:`\eta^2\lambda`).
+
+    Args:
+      learning_rate: :math:`\eta` >= 0, a float or a schedule (pytorch_optimizer's default is
+        4e-4).
+      b1: :math:`\beta_1` in [0, 1), decay of the momentum.
+      b2: :math:`\beta_2` in [0, 1), decay of the second moment.
+      eps: :math:`\epsilon` >= 0, outside the square root.
+      eps_root: :math:`\epsilon_{root}` >= 0, inside the square root.
+      weight_decay: :math:`\lambda` >= 0, decoupled weight decay (scaled by the learning rate).
+      mask: which parameters decay (a boolean tree, a callable or glob patterns); None: all.
+      mu_dtype: dtype of the momentum (default: the params' dtype).
+      nu_dtype: dtype of the second moment (default: the params' dtype).
+
+    Returns:
+      A `GradientTransformation`.
+
+    Example:
+      >>> import jax.numpy as jnp, gradtx
+      >>> from gradtx.contrib._laprop import laprop
+      >>> tx = laprop(1e-3)
+      >>> params = {"w": jnp.ones(3)}
+      >>> updates, state = tx.update({"w": jnp.ones(3)}, tx.init(params), params)
+      >>> jnp.round(updates["w"], 6)  # the first step is -lr * sign(g)
+      Array([-0.001, -0.001, -0.001], dtype=float32)
+
+    Reference: Ziyin, Wang & Ueda, "LaProp: Separating Momentum and Adaptivity in Adam" (2020),
+    arXiv:2002.04839.
+    """
+    return chain(
+        scale_by_laprop(b1, b2, eps, eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype),
+        weight_decay_tx(weight_decay, mask),
+        scale_by_learning_rate(learning_rate),
+    )
+
+
+__all__ = ["ScaleByLapropState", "laprop", "scale_by_laprop"]
