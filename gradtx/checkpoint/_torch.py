@@ -302,13 +302,13 @@ def from_torch_state_dict(
 
 def _placeholders(template: OptState, paths: Mapping[str, Any]) -> set[str]:
     """Keys of Adafactor's 1-element placeholders (the fields a parameter does not use)."""
-    out = set()
+    out: set[str] = set()
     by_param: dict[str, dict[str, Role]] = {}
     for r in roles(template):
         if r.kind == "FactoredState" and r.param:
             by_param.setdefault(r.param, {})[r.field] = r
     for path, fields in by_param.items():
-        full = "v" in fields and fields["v"].shape == tuple(np.shape(paths.get(path)))
+        full = "v" in fields and path in paths and fields["v"].shape == np.shape(paths[path])
         out.update(r.key for f, r in fields.items() if (f == "v") != full)
     return out
 
