@@ -19,7 +19,13 @@ import pytest
 
 import gradtx
 
-from ..helpers import assert_trees_close, random_like
+from ..helpers import (
+    as_float64,
+    assert_trees_close,
+    assert_within_noise,
+    float64_reference,
+    random_like,
+)
 from ..optimizer_table import CASES, OptCase
 from ._meshes import host_params, mesh_4x2, param_shardings
 
@@ -125,9 +131,36 @@ def test_sharded_jit_equals_unsharded(case: OptCase):
     # eager rounds after every op: a low-precision state differs by its rounding, not sharding.
     low = any(x.dtype in (jnp.bfloat16, jnp.float16) for x in jax.tree.leaves(s_ref))
     tol = 1e-2 if low else 1e-6
-    for i, (g, u) in enumerate(zip(grads_sequence(), record.updates, strict=True)):
+    refs, sharded = [], [*record.updates, record.params, record.states[-1]]
+    for g in grads_sequence():
         u_ref, s_ref = tx.update(g, s_ref, p_ref, value=VALUE)
         p_ref = gradtx.apply_updates(p_ref, u_ref)
-        assert_trees_close(u, u_ref, rtol=tol, atol=tol, msg=f"{case.name} update {i + 1}")
-    assert_trees_close(record.params, p_ref, rtol=tol, atol=tol, msg=f"{case.name} params")
-    assert_trees_close(record.states[-1], s_ref, rtol=tol, atol=tol, msg=f"{case.name} state")
+        refs.append(u_ref)
+    refs += [p_ref, s_ref]
+    names = [f"update {i + 1}" for i in range(len(record.updates))] + ["params", "state"]
+    try:
+        for name, got, want in zip(names, sharded, refs, strict=True):
+            assert_trees_close(got, want, rtol=tol, atol=tol, msg=f"{case.name} {name}")
+    except AssertionError:
+        if low:
+            raise
+        # Where float32 rounding depends on how the matmuls are split (Muon's Newton-Schulz on
+        # a sharded matrix, jax 0.12's CPU fusions), sharded and unsharded may each be off by
+        # float32 noise: the sharded run must then be within twice the unsharded run's own
+        # float32 error of the float64 result (helpers.float64_reference).
+        exact, noise = float64_reference(lambda: _float64_run(case), refs)
+        for name, got, want, n in zip(names, sharded, exact, noise, strict=True):
+            assert_within_noise(got, want, n, tol, tol, msg=f"{case.name} {name}")
+
+
+def _float64_run(case: OptCase) -> list:
+    """The eager unsharded reference in float64: updates per step, then params and state."""
+    tx = case.make()
+    p = as_float64(host_params(odd=False))
+    s = tx.init(p)
+    out = []
+    for g in grads_sequence():
+        u, s = tx.update(as_float64(g), s, p, value=VALUE)
+        p = gradtx.apply_updates(p, u)
+        out.append(u)
+    return [*out, p, s]
