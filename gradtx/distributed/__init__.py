@@ -138,8 +138,12 @@ def state_sharding(
     Every state subtree with the params' structure (`mu`, `nu`, accumulators, ...) is sharded like
     the params, leaf by leaf: a buffer of its parameter's shape gets the parameter's
     `PartitionSpec`; a buffer with extra leading axes, size-1 axes or one axis removed (factored
-    moments) gets the spec fitted to its shape; everything else (counters, hyperparameters, keys)
-    is replicated. Mesh axes that do not divide a dimension are left out.
+    moments) gets the spec fitted to its shape; a matrix optimizer's factor of one axis of size
+    `k` — `(*batch, k, k)` (a Kronecker factor, an eigenbasis) or `(*batch, k, r)` (a low-rank
+    projection), the batch axes leading as in the parameter — has its rows sharded like that axis
+    and its columns replicated (where axes share a size, the i-th factor of that size follows the
+    i-th such axis); everything else (counters, hyperparameters, keys) is replicated. Mesh axes
+    that do not divide a dimension are left out.
 
     With `zero_axis` (ZeRO stage 1), every non-scalar leaf is also sharded over that mesh axis
     (or axes) when it does not use it already: on its largest unsharded dimension that divides by

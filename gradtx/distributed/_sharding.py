@@ -6,8 +6,9 @@ parameter (SM3's per-dimension accumulators, Adafactor's row and column factors)
 (counters, hyperparameters). The derivation walks the state from the top and, at the first node
 that has the params' tree structure as a prefix, pairs every parameter with the state leaves under
 it. A paired leaf takes its parameter's `PartitionSpec` when the shapes agree, and a spec fitted
-to its shape otherwise (a leading history axis, a factored axis of size 1 or removed); every other
-leaf is replicated. Entries whose axis size does not divide the dimension are dropped (replicated),
+to its shape otherwise (a leading history axis, a factored axis of size 1 or removed, a matrix
+optimizer's factor or projection of one axis: rows like that axis); every other leaf is
+replicated. Entries whose axis size does not divide the dimension are dropped (replicated),
 so every derived sharding is valid for `jax.device_put` and `jit`.
 
 ZeRO stage 1 then shards each non-scalar leaf along the optimizer-state axis too, on the largest
@@ -67,8 +68,11 @@ def _padded(spec: PartitionSpec, ndim: int) -> list[Entry]:
     return entries + [None] * (ndim - len(entries))
 
 
-def _fit(pspec: list[Entry], pshape: tuple[int, ...], shape: tuple[int, ...]) -> tuple[list, str]:
-    """A spec for a leaf of `shape` paired with a parameter of `pshape` sharded as `pspec`."""
+def _fit(
+    pspec: list[Entry], pshape: tuple[int, ...], shape: tuple[int, ...], ordinal: int = 0
+) -> tuple[list, str]:
+    """A spec for a leaf of `shape` paired with a parameter of `pshape` sharded as `pspec`;
+    `ordinal` counts the earlier leaves of the same shape in the parameter's subtree."""
     nd, pd = len(shape), len(pshape)
     if shape == pshape:
         return list(pspec), "like its parameter"
@@ -83,7 +87,33 @@ def _fit(pspec: list[Entry], pshape: tuple[int, ...], shape: tuple[int, ...]) ->
         for d in reversed(range(pd)):
             if shape == pshape[:d] + pshape[d + 1 :]:
                 return pspec[:d] + pspec[d + 1 :], f"like its parameter without axis {d}"
+    factor = _factor_dim(pshape, shape, ordinal)
+    if factor is not None:
+        nb, d = factor
+        kind = "factor" if shape[-1] == shape[-2] else "projection"
+        return (
+            list(pspec[:nb]) + [pspec[d], None],
+            f"{kind} of its parameter's axis {d}: rows like that axis, columns replicated",
+        )
     return [None] * nd, "shape unrelated to its parameter: replicated"
+
+
+def _factor_dim(
+    pshape: tuple[int, ...], shape: tuple[int, ...], ordinal: int
+) -> tuple[int, int] | None:
+    """`(batch axes, parameter axis)` when `shape` is a matrix optimizer's factor of one of the
+    parameter's axes: `(*batch, k, k)` (a Kronecker factor, an eigenbasis) or `(*batch, k, r)`
+    (a low-rank projection), the batch axes a prefix of the parameter's shape and `k` the size of
+    a later axis. When several axes have size `k`, the `ordinal`-th factor of that size in the
+    parameter's subtree takes the `ordinal`-th of them (the factors of `(n, n)` are left, right)."""
+    nb = len(shape) - 2
+    if nb < 0 or shape[:nb] != pshape[:nb]:
+        return None
+    k = shape[-2]
+    dims = [d for d in range(nb, len(pshape)) if pshape[d] == k]
+    if not dims:
+        return None
+    return nb, dims[ordinal % len(dims)]
 
 
 def _divisible(mesh: Mesh, spec: list[Entry], shape: tuple[int, ...]) -> list[Entry]:
@@ -190,6 +220,7 @@ def plan(
                 f"got {zero_axis!r}"
             )
     pairing: dict[int, int] = {}  # id of a state leaf's position -> parameter index
+    siblings: dict[int, list[int]] = {}  # position -> the positions paired with it, in order
 
     def visit(node: Any, positions: list[int]) -> None:
         # positions: the flat indices (in the whole state) of `node`'s leaves, in order
@@ -201,8 +232,10 @@ def plan(
             start = 0
             for i, sub in enumerate(subtrees):
                 n = len(jax.tree.leaves(sub))
-                for pos in positions[start : start + n]:
+                group = positions[start : start + n]
+                for pos in group:
                     pairing[pos] = i
+                    siblings[pos] = group
                 start += n
             return
         children = _children(node)
@@ -214,13 +247,17 @@ def plan(
 
     state_leaves_with_path, treedef = jtu.tree_flatten_with_path(abstract_state)
     visit(abstract_state, list(range(len(state_leaves_with_path))))
+    state_leaves = [leaf for _, leaf in state_leaves_with_path]
     rows = []
     for pos, (key_path, leaf) in enumerate(state_leaves_with_path):
         shape = tuple(int(d) for d in np.shape(leaf))
         original = None
         if pos in pairing:
             ppath, pshape, pspec, original = pinfo[pairing[pos]]
-            spec, note = _fit(pspec, pshape, shape)
+            ordinal = sum(
+                1 for q in siblings[pos] if q < pos and np.shape(state_leaves[q]) == shape
+            )
+            spec, note = _fit(pspec, pshape, shape, ordinal)
             if shape != pshape:
                 original = None
         else:

@@ -97,6 +97,51 @@ def test_fitted_specs_for_factored_history_and_unrelated_leaves():
     }
 
 
+def test_matrix_factors_follow_the_axis_they_precondition():
+    # Kronecker factors (k, k), eigenbases and low-rank projections (k, r) of a matrix
+    # optimizer's state: rows sharded like the parameter's axis of size k, columns replicated;
+    # batch axes (stacked layers) like the parameter's; where two axes have the same size, the
+    # first factor of that size is the first axis's. (A factor of the parameter's own shape,
+    # as for a square matrix, is sharded like the parameter.)
+    mesh = mesh_4x2()
+    params = {
+        "w": jax.ShapeDtypeStruct(
+            (8, 4), jnp.float32, sharding=NamedSharding(mesh, P("data", "model"))
+        ),
+        "conv": jax.ShapeDtypeStruct(
+            (4, 4, 2, 2), jnp.float32, sharding=NamedSharding(mesh, P("model", "data"))
+        ),
+        "stack": jax.ShapeDtypeStruct(
+            (2, 8, 4), jnp.float32, sharding=NamedSharding(mesh, P("model", "data", None))
+        ),
+    }
+
+    def init(p):
+        def factors(x):
+            if x.ndim == 4:  # PSGD-Kron: one factor per axis
+                return {"factors": tuple(jnp.zeros((n, n)) for n in x.shape)}
+            batch, (m, n) = x.shape[:-2], x.shape[-2:]
+            return {
+                "factors": (jnp.zeros((*batch, m, m)), jnp.zeros((*batch, n, n))),
+                "projection": jnp.zeros((*batch, m, 2)),
+                "unrelated": jnp.zeros((3, 3)),
+            }
+
+        return jax.tree.map(factors, p)
+
+    tx = gradtx.GradientTransformation(init, lambda u, s, p=None: (u, s))
+    rows = {r.path: r for r in gradtx.explain_state_sharding(tx, params)}
+    got = specs_of(gradtx.state_sharding(tx, params))
+    assert got["w"]["factors"] == (("data",), ("model",))
+    assert got["w"]["projection"] == ("data",)
+    assert got["conv"]["factors"] == (("model",), ("data",), (), ())
+    assert got["stack"]["factors"] == (("model", "data"), ("model",))
+    assert got["w"]["unrelated"] == ()
+    assert "factor of its parameter's axis 1" in rows["w/factors/1"].note
+    assert "projection of its parameter's axis 0" in rows["w/projection"].note
+    assert "unrelated" in rows["w/unrelated"].note
+
+
 def test_init_from_sharded_shape_dtype_structs_builds_the_state_in_place():
     mesh = mesh_4x2()
     psh = param_shardings(mesh)
