@@ -50,6 +50,18 @@ def main(argv: list[str] | None = None) -> int:
         "located apply_if_finite in an MLP training step)",
     )
     parser.add_argument(
+        "--quality",
+        action="store_true",
+        help="run only the training-quality benchmark (matrix optimizers and the 2025 "
+        "first-order set on a small transformer language model)",
+    )
+    parser.add_argument(
+        "--optimizer",
+        action="append",
+        metavar="NAME",
+        help="with --quality: run only this optimizer (repeatable; AdamW always runs)",
+    )
+    parser.add_argument(
         "--part",
         action="append",
         choices=("steps", "build", "quality"),
@@ -83,6 +95,12 @@ def main(argv: list[str] | None = None) -> int:
             else (False,)
             if args.undonated_only
             else (True, False),
+        )
+    if args.quality:
+        from .quality import main as quality_main
+
+        return quality_main(
+            quick=args.quick, out=args.out, names=args.optimizer, log=lambda s: print(s, flush=True)
         )
     if args.health:
         from .health import main as health_main

@@ -124,3 +124,32 @@ def test_health_benchmark_runs_quick(tmp_path, capsys):
     assert {"optax", "gradtx", "with_metrics (global)", "with_metrics (per leaf)"} <= variants
     assert all(r["step_ms"] > 0 for r in data["rows"])
     assert "| with_metrics (per leaf) |" in (tmp_path / "health.md").read_text()
+
+
+@pytest.mark.subprocess
+def test_quality_benchmark_runs_quick(tmp_path, capsys):
+    from benchmarks.quality import optimizers
+
+    code = main(["--quality", "--quick", "--out", str(tmp_path)])
+    assert code == 0
+    data = json.loads((tmp_path / "quality.json").read_text())
+    rows = {r["optimizer"]: r for r in data["rows"]}
+    assert set(rows) == set(optimizers())  # every optimizer of the table ran
+    assert rows["adamw"]["step_time_ratio"] == 1.0
+    assert rows["adamw"]["steps_to_target"] is not None  # AdamW reaches its own final loss
+    for name, r in rows.items():
+        assert np.isfinite(r["final_loss"]), name
+        # none diverges: the final loss stays near the first held-out one (~log(28) = 3.33)
+        assert r["final_loss"] < data["curves"][name][0][1] + 0.5, name
+        assert r["state_bytes_per_param"] > 0, name
+    assert "| adamw |" in (tmp_path / "quality.md").read_text()
+    assert (tmp_path / "quality.png").stat().st_size > 0
+
+
+def test_quality_corpus_is_deterministic_text_with_structure():
+    from benchmarks.quality import corpus
+
+    a, b = corpus(5000, seed=1), corpus(5000, seed=1)
+    assert a == b and len(a) == 5000
+    assert corpus(5000, seed=2) != a
+    assert " plus " in a and " is " in a and " that " in a
