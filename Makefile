@@ -3,13 +3,24 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-PIP    := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
+# constraints.txt pins the tested set for Python >= 3.11; a venv of Python 3.10 (PYTHON=python3.10)
+# takes the oldest supported set, constraints-oldest.txt.
+CONSTRAINTS = $(shell $(PY) -c 'import sys; print("constraints.txt" if sys.version_info >= (3, 11) else "constraints-oldest.txt")')
+PIP    = $(PY) -m pip install --quiet --disable-pip-version-check -c $(CONSTRAINTS)
+# A failed install removes the venv, so that the next run starts afresh instead of reusing it.
+BROKEN = { rm -rf $(VENV); echo "make: installing into $(VENV) failed; removed it (PYTHON=$(PYTHON))" >&2; exit 1; }
 # A stamp per extras set: re-installs when pyproject.toml or constraints.txt change.
 STAMP_TEST  := $(VENV)/.stamp-test
 STAMP_DEMO  := $(VENV)/.stamp-demo
-# `make pytest` runs two lanes at once (tests/lanes.py): the main one on 2 xdist workers and the
-# tests that start processes; PYTEST_ARGS go to both (e.g. PYTEST_ARGS="-k adam" or "--workers 4").
+# `make pytest` runs its lanes at once (tests/lanes.py): the main one on 2 xdist workers, the
+# tests that start processes, and the version lanes (a representative subset on the oldest
+# supported set, Python 3.10 with constraints-oldest.txt, and on what pip resolves today with no
+# pins, Python 3.12), each in a venv of its own; VERSION_LANES= skips those. PYTEST_ARGS go to
+# every lane (e.g. PYTEST_ARGS="-k adam" or "--workers 4").
 PYTEST_ARGS ?=
+VERSION_LANES ?= oldest newest
+PYTHON_OLDEST ?= $(shell .ci/find-python 3.10)
+PYTHON_NEWEST ?= $(shell .ci/find-python 3.12)
 
 .PHONY: test demo bench docs lint typecheck pytest format clean optax-suite
 
@@ -18,11 +29,26 @@ $(PY):
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 
 $(STAMP_TEST): $(PY) pyproject.toml constraints.txt
-	$(PIP) -e '.[test,all,docs]'
+	$(PIP) -e '.[test,all,docs]' || $(BROKEN)
 	touch $@
 
-$(STAMP_DEMO): $(PY) pyproject.toml constraints.txt
-	$(PIP) -e '.[demo]'
+$(STAMP_DEMO): $(PY) pyproject.toml constraints.txt constraints-oldest.txt
+	$(PIP) -e '.[demo]' || $(BROKEN)
+	touch $@
+
+# The version lanes' venvs, each built whole or removed.
+.venv-oldest/.stamp: pyproject.toml constraints-oldest.txt
+	rm -rf .venv-oldest
+	$(PYTHON_OLDEST) -m venv .venv-oldest && .venv-oldest/bin/python -m pip install --quiet \
+	  --disable-pip-version-check -c constraints-oldest.txt -e '.[test-lanes]' \
+	  || { rm -rf .venv-oldest; echo "make: building .venv-oldest with $(PYTHON_OLDEST) failed (set PYTHON_OLDEST= or VERSION_LANES=)" >&2; exit 1; }
+	touch $@
+
+.venv-newest/.stamp: pyproject.toml
+	rm -rf .venv-newest
+	$(PYTHON_NEWEST) -m venv .venv-newest && .venv-newest/bin/python -m pip install --quiet \
+	  --disable-pip-version-check -e '.[test-lanes]' \
+	  || { rm -rf .venv-newest; echo "make: building .venv-newest with $(PYTHON_NEWEST) failed (set PYTHON_NEWEST= or VERSION_LANES=)" >&2; exit 1; }
 	touch $@
 
 test: $(STAMP_TEST)
@@ -36,8 +62,8 @@ lint: $(STAMP_TEST)
 typecheck: $(STAMP_TEST)
 	$(VENV)/bin/mypy
 
-pytest: $(STAMP_TEST)
-	$(PY) -m tests.lanes $(PYTEST_ARGS)
+pytest: $(STAMP_TEST) $(foreach l,$(VERSION_LANES),.venv-$(l)/.stamp)
+	$(PY) -m tests.lanes $(foreach l,$(VERSION_LANES),--python $(l)=.venv-$(l)/bin/python) $(PYTEST_ARGS)
 
 format: $(STAMP_TEST)
 	$(VENV)/bin/ruff format .
@@ -70,4 +96,4 @@ dist: $(STAMP_TEST)
 	$(VENV)/bin/twine check --strict dist/*
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist site *.egg-info
+	rm -rf $(VENV) .venv-oldest .venv-newest .pytest_cache .mypy_cache .ruff_cache build dist site *.egg-info

@@ -213,9 +213,20 @@ def optimizers() -> dict[str, tuple[Callable[[Any], Any], tuple[float, ...]]]:
             lambda lr: contrib.muon(lr, adam_learning_rate=lr, weight_decay=0.01),
             (3e-3, 1e-2, 3e-2),
         ),
+        "normuon": (
+            lambda lr: contrib.normuon(lr, adam_learning_rate=lr, weight_decay=0.01),
+            (3e-3, 1e-2, 3e-2),
+        ),
+        "soap": (lambda lr: contrib.soap(lr, weight_decay=0.01), (1e-3, 3e-3, 1e-2)),
+        "shampoo": (lambda lr: contrib.shampoo(lr, weight_decay=0.01), (1e-3, 3e-3, 1e-2)),
+        "kron": (lambda lr: contrib.kron(lr, weight_decay=0.01), (3e-4, 1e-3, 3e-3)),
         "mars": (lambda lr: contrib.mars(lr, weight_decay=0.01), (1e-3, 3e-3, 1e-2)),
         "c-adamw": (
             lambda lr: contrib.cautious_adamw(lr, weight_decay=0.01),
+            (1e-3, 3e-3, 1e-2),
+        ),
+        "adam-mini": (
+            lambda lr: contrib.adam_mini(lr, weight_decay=0.01, n_heads=FULL["heads"]),
             (1e-3, 3e-3, 1e-2),
         ),
     }

@@ -77,7 +77,7 @@ def measure(quick: bool = False, rounds: int | None = None) -> dict[str, Any]:
 
     if jax.device_count() < DEVICES:
         raise RuntimeError(f"benchmarks.zero1 needs {DEVICES} devices, got {jax.device_count()}")
-    mesh = jax.make_mesh((DEVICES,), ("data",), (AxisType.Auto,))
+    mesh = jax.make_mesh((DEVICES,), ("data",), axis_types=(AxisType.Auto,))
     width = 256 if quick else 2048
     rng = np.random.default_rng(0)
     host = {

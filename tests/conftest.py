@@ -25,6 +25,23 @@ from .config_guard import ConfigGuard  # noqa: E402
 from .optimizer_table import OptCase  # noqa: E402
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """The versions the suite runs on (the version lanes differ in them)."""
+    import importlib.metadata as md
+    import platform
+
+    def version(name: str) -> str:
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:
+            return "-"
+
+    names = ("jax", "jaxlib", "numpy", "ml_dtypes", "optax", "flax", "orbax-checkpoint", "torch")
+    return f"versions: python {platform.python_version()}, " + ", ".join(
+        f"{n} {version(n)}" for n in names
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(CompileReportPlugin(config), "gradtx-compile-counter")
     if not config.pluginmanager.has_plugin("gradtx-config-guard"):

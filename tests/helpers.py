@@ -116,8 +116,19 @@ def assert_trees_close(actual: Any, expected: Any, rtol: float, atol: float, msg
         )
 
 
+def enable_x64(on: bool = True) -> Any:
+    """`jax.enable_x64(on)`, a context manager (`jax.experimental.enable_x64` before jax 0.7,
+    for the oldest-versions lane)."""
+    if hasattr(jax, "enable_x64"):
+        return jax.enable_x64(on)
+    from jax.experimental import disable_x64
+    from jax.experimental import enable_x64 as enable
+
+    return enable() if on else disable_x64()
+
+
 def as_float64(tree: Any) -> Any:
-    """Every floating leaf of `tree` as float64 (call inside `jax.enable_x64(True)`)."""
+    """Every floating leaf of `tree` as float64 (call inside `enable_x64(True)`)."""
     return jax.tree.map(
         lambda x: (
             jnp.asarray(x, jnp.float64) if jnp.issubdtype(jnp.result_type(x), jnp.floating) else x
@@ -133,7 +144,7 @@ def float64_reference(run64: Callable[[], list], expected32: list) -> tuple[list
     near-ties that switch a branch). Checking our float32 run against the float64 one, to twice
     that noise, says ours is no further from the exact result than the reference is (the two
     float32 runs may err on opposite sides, so their mutual gap can be twice the noise)."""
-    with jax.enable_x64(True):
+    with enable_x64(True):
         expected64 = jax.tree.map(lambda x: np.asarray(x, np.float64), run64())
     noise = [
         jax.tree.map(
@@ -145,11 +156,17 @@ def float64_reference(run64: Callable[[], list], expected32: list) -> tuple[list
 
 
 def assert_within_noise(
-    actual: Any, expected64: Any, noise: Any, rtol: float, atol: float, msg: str = ""
+    actual: Any,
+    expected64: Any,
+    noise: Any,
+    rtol: float,
+    atol: float,
+    msg: str = "",
+    factor: float = 2.0,
 ) -> None:
-    """`actual` (float32) against the reference's float64 result, each leaf to twice the
-    reference's own float32 noise there (see `float64_reference`) or `atol`, whichever is
-    larger."""
+    """`actual` (float32) against the reference's float64 result, each leaf to `factor` (two)
+    times the reference's own float32 noise there (see `float64_reference`) or `atol`,
+    whichever is larger."""
     gradtx.tree.assert_same_structure("assert_within_noise", actual=actual, expected=expected64)
     paths = gradtx.tree.paths(actual)
     for path, a, e, n in zip(
@@ -163,7 +180,7 @@ def assert_within_noise(
             np.asarray(a, np.float64),
             e,
             rtol=rtol,
-            atol=max(atol, 2.0 * n),
+            atol=max(atol, factor * n),
             err_msg=f"{msg} at {path} (against float64; the reference's float32 noise {n:.2g})",
         )
 

@@ -28,6 +28,10 @@ class OptCase:
         below `rosenbrock_tol` within `rosenbrock_steps` steps; None skips it, with the reason in
         `rosenbrock_skip`.
       low_precision: also run the bf16/f16 dtype tests.
+      float32_noise: where a float32 run is checked against its float64 result (the sharded
+        table), how many times the unsharded float32 run's own error the other may be off:
+        2 (the two runs may err on opposite sides), more where an eigensolver or QR amplifies
+        rounding by the inverse of an eigenvalue gap (the reason given in the case).
     """
 
     name: str
@@ -41,6 +45,7 @@ class OptCase:
     rosenbrock_tol: float | None = 1e-2
     rosenbrock_skip: str = ""
     low_precision: bool = True
+    float32_noise: float = 2.0
 
     def make(self) -> gradtx.GradientTransformation:
         return self.factory(**self.kwargs)
@@ -60,6 +65,7 @@ def _collect() -> list[OptCase]:
         contrib_parameter_free,
         first_order,
         lbfgs,
+        matrix_methods,
         nnabla_and_returnn,
         sgd,
     )
@@ -73,6 +79,7 @@ def _collect() -> list[OptCase]:
         lbfgs,
         contrib_parameter_free,
         contrib_methods,
+        matrix_methods,
     )
     cases = [case for family in families for case in family.CASES]
     names = [c.name for c in cases]

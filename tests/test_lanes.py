@@ -25,3 +25,24 @@ def test_pytest_arguments_reach_both_lanes_and_one_worker_runs_without_xdist():
     for lane in ("main", "processes"):
         assert lane_command(lane, 2, extra)[-3:] == extra
     assert "-n" not in lane_command("main", 1, []) and "no:xdist" in lane_command("main", 1, [])
+
+
+def test_version_lanes_run_the_subset_with_their_own_interpreter():
+    from pathlib import Path
+
+    from .lanes import ROOT, VERSION_DESELECT, VERSION_SUBSET, main
+
+    cmd = lane_command("oldest", 2, ["-x"], python="/opt/py310/bin/python")
+    assert cmd[:3] == ["/opt/py310/bin/python", "-m", "pytest"] and cmd[-1] == "-x"
+    assert "no:xdist" in cmd and "-m" not in cmd[2:]  # no marker: the subset runs whole
+    for target in VERSION_SUBSET:  # every target of the subset exists
+        assert (ROOT / target.split("::")[0]).exists(), target
+    for deselected in (t for lane in VERSION_DESELECT.values() for t in lane):
+        assert Path(ROOT / deselected.split("::")[0]).exists(), deselected
+    # a version lane named without its interpreter is refused before anything runs
+    import pytest
+
+    with pytest.raises(SystemExit):
+        main(["--lane", "oldest"])
+    with pytest.raises(SystemExit):
+        main(["--python", "old=/x"])

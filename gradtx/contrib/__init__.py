@@ -3,7 +3,9 @@
 Recent and research optimizers (Muon, schedule-free, Prodigy, D-Adaptation, DoG, Mechanic, COCOB,
 Sophia, SAM, ADOPT, AdEMAMix, MADGRAD, MoMo, GaLore, AdaBelief-style ACProp, DP-SGD), complex
 parameters as real pairs and reduce-on-plateau live here, as in Optax, so that
-`optax.contrib.muon` becomes `gradtx.contrib.muon`. Each is a chain of public primitives where
+`optax.contrib.muon` becomes `gradtx.contrib.muon`; so do the optimizers Optax lacks: the matrix
+optimizers (SOAP, Shampoo, PSGD-Kron, NorMuon, Dion, Scion) and the 2025 first-order set (MARS,
+LaProp, cautious, Adam-mini, APOLLO, Fira). Each is a chain of public primitives where
 the algorithm allows. The public API, re-exported explicitly; no logic here.
 """
 
@@ -13,6 +15,9 @@ from ..transforms._plateau import reduce_on_plateau as reduce_on_plateau
 from ._acprop import ScaleByAcpropState as ScaleByAcpropState
 from ._acprop import acprop as acprop
 from ._acprop import scale_by_acprop as scale_by_acprop
+from ._adam_mini import ScaleByAdamMiniState as ScaleByAdamMiniState
+from ._adam_mini import adam_mini as adam_mini
+from ._adam_mini import scale_by_adam_mini as scale_by_adam_mini
 from ._ademamix import ScaleByAdemamixState as ScaleByAdemamixState
 from ._ademamix import ScaleBySimplifiedAdEMAMixState as ScaleBySimplifiedAdEMAMixState
 from ._ademamix import ademamix as ademamix
@@ -22,6 +27,9 @@ from ._ademamix import simplified_ademamix as simplified_ademamix
 from ._adopt import ScaleByAdoptState as ScaleByAdoptState
 from ._adopt import adopt as adopt
 from ._adopt import scale_by_adopt as scale_by_adopt
+from ._apollo import ScaleByApolloState as ScaleByApolloState
+from ._apollo import apollo as apollo
+from ._apollo import scale_by_apollo as scale_by_apollo
 from ._cautious import CautiousState as CautiousState
 from ._cautious import cautious as cautious
 from ._cautious import cautious_adamw as cautious_adamw
@@ -33,16 +41,27 @@ from ._complex import SplitRealAndImaginaryState as SplitRealAndImaginaryState
 from ._complex import split_real_and_imaginary as split_real_and_imaginary
 from ._dadapt import DAdaptAdamWState as DAdaptAdamWState
 from ._dadapt import dadapt_adamw as dadapt_adamw
+from ._dion import DionDimensionNumbers as DionDimensionNumbers
+from ._dion import ScaleByDionState as ScaleByDionState
+from ._dion import dion as dion
+from ._dion import scale_by_dion as scale_by_dion
 from ._dog import DoGState as DoGState
 from ._dog import DoWGState as DoWGState
 from ._dog import dog as dog
 from ._dog import dowg as dowg
 from ._dog import scale_by_dog as scale_by_dog
 from ._dog import scale_by_dowg as scale_by_dowg
+from ._fira import ScaleByFiraState as ScaleByFiraState
+from ._fira import fira as fira
+from ._fira import scale_by_fira as scale_by_fira
 from ._galore import GaLoreDimensionNumbers as GaLoreDimensionNumbers
 from ._galore import GaLoreState as GaLoreState
 from ._galore import galore as galore
 from ._galore import scale_by_galore as scale_by_galore
+from ._kron import ScaleByKronState as ScaleByKronState
+from ._kron import kron as kron
+from ._kron import precond_update_prob_schedule as precond_update_prob_schedule
+from ._kron import scale_by_kron as scale_by_kron
 from ._laprop import ScaleByLapropState as ScaleByLapropState
 from ._laprop import laprop as laprop
 from ._laprop import scale_by_laprop as scale_by_laprop
@@ -63,6 +82,9 @@ from ._muon import MuonState as MuonState
 from ._muon import muon as muon
 from ._muon import scale_by_muon as scale_by_muon
 from ._muon import scale_by_shape as scale_by_shape
+from ._normuon import ScaleByNormuonState as ScaleByNormuonState
+from ._normuon import normuon as normuon
+from ._normuon import scale_by_normuon as scale_by_normuon
 from ._privacy import DifferentiallyPrivateAggregateState as DifferentiallyPrivateAggregateState
 from ._privacy import differentially_private_aggregate as differentially_private_aggregate
 from ._privacy import dpsgd as dpsgd
@@ -77,6 +99,18 @@ from ._schedule_free import schedule_free as schedule_free
 from ._schedule_free import schedule_free_adamw as schedule_free_adamw
 from ._schedule_free import schedule_free_eval_params as schedule_free_eval_params
 from ._schedule_free import schedule_free_sgd as schedule_free_sgd
+from ._scion import SCION_NORMS as SCION_NORMS
+from ._scion import ScaleByScionState as ScaleByScionState
+from ._scion import scale_by_scion as scale_by_scion
+from ._scion import scion as scion
+from ._shampoo import ScaleByShampooState as ScaleByShampooState
+from ._shampoo import ShampooDimensionNumbers as ShampooDimensionNumbers
+from ._shampoo import scale_by_shampoo as scale_by_shampoo
+from ._shampoo import shampoo as shampoo
+from ._soap import ScaleBySoapState as ScaleBySoapState
+from ._soap import SoapDimensionNumbers as SoapDimensionNumbers
+from ._soap import scale_by_soap as scale_by_soap
+from ._soap import soap as soap
 from ._sophia import HutchinsonState as HutchinsonState
 from ._sophia import SophiaState as SophiaState
 from ._sophia import hutchinson_estimator_diag_hessian as hutchinson_estimator_diag_hessian

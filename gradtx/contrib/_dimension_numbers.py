@@ -8,7 +8,7 @@ GaLore) works on, and the one resolver from a user's spec to the dimension numbe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import jax
@@ -75,4 +75,19 @@ def matrix_axes(
     return batch, red, out
 
 
-__all__ = ["is_dimension_numbers", "matrix_axes", "per_leaf_dimension_numbers"]
+def matrix_labels(who: str, spec: Any, matrix: str) -> Callable[[Any], Any]:
+    """The `multi_transform` labels of a matrix method's alias (Muon's rule): without `spec`
+    every 2-D leaf is a matrix (labelled `matrix`) and the rest "adam"; with it, the leaves whose
+    dimension numbers are not None."""
+
+    def labels(params: Any) -> Any:
+        if spec is None:
+            return jax.tree.map(lambda x: matrix if len(np.shape(x)) == 2 else "adam", params)
+        treedef = jax.tree.structure(params)
+        dims = per_leaf_dimension_numbers(who, spec, params)
+        return treedef.unflatten(["adam" if d is None else matrix for d in dims])
+
+    return labels
+
+
+__all__ = ["is_dimension_numbers", "matrix_axes", "matrix_labels", "per_leaf_dimension_numbers"]

@@ -25,7 +25,7 @@ from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
 from ..transforms._tier import check_moment_dtype, ema, moment_buffers, read, stateless, store
 from ..wrappers._partition import multi_transform
-from ._dimension_numbers import matrix_axes, per_leaf_dimension_numbers
+from ._dimension_numbers import matrix_axes, matrix_labels, per_leaf_dimension_numbers
 
 _PRECONDITIONINGS = ("frobenius", "spectral", "aol", "schatten")
 _DEFAULT_NS_COEFFS = (3.4445, -4.7750, 2.0315)
@@ -411,12 +411,7 @@ def muon(
         check_one_of(who, "ns_coeffs", ns_coeffs, list(_NS_COEFFS_PRESETS))
         ns_coeffs = _NS_COEFFS_PRESETS[ns_coeffs]
 
-    def labels(params):
-        if spec is None:
-            return jax.tree.map(lambda x: "muon" if len(np.shape(x)) == 2 else "adam", params)
-        treedef = jax.tree.structure(params)
-        dims = per_leaf_dimension_numbers(who, spec, params)
-        return treedef.unflatten(["adam" if d is None else "muon" for d in dims])
+    labels = matrix_labels(who, spec, "muon")
 
     # Inside the "muon" branch the AdamW leaves are pruned (None), so one MuonDimensionNumbers
     # (or the user's tree or function) covers exactly the Muon leaves.

@@ -21,7 +21,7 @@ computes what it computes on one device. What this module adds is where the stat
 
 Example::
 
-    mesh = jax.make_mesh((8,), ("data",), (jax.sharding.AxisType.Auto,))
+    mesh = jax.make_mesh((8,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
     params = jax.device_put(params, NamedSharding(mesh, P()))          # data parallel
     tx = gradtx.adam(1e-3)
     state_sh = gradtx.state_sharding(tx, params, zero_axis="data")     # ZeRO-1

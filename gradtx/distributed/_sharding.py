@@ -92,7 +92,7 @@ def _fit(
         nb, d = factor
         kind = "factor" if shape[-1] == shape[-2] else "projection"
         return (
-            list(pspec[:nb]) + [pspec[d], None],
+            [*pspec[:nb], pspec[d], None],
             f"{kind} of its parameter's axis {d}: rows like that axis, columns replicated",
         )
     return [None] * nd, "shape unrelated to its parameter: replicated"

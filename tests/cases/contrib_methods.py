@@ -1,5 +1,6 @@
 """Table cases for the other `gradtx.contrib` optimizers: muon, sophia, sam, adopt, ademamix,
-simplified_ademamix, madgrad, momo, momo_adam, galore, acprop, dpsgd.
+simplified_ademamix, madgrad, momo, momo_adam, galore, acprop, dpsgd, mars, laprop, cautious,
+adam_mini, apollo, fira.
 
 `kwargs` solve the quadratic (500 steps to 1e-2 of the initial loss, with a margin);
 `rosenbrock_kwargs` reach 1e-2 on Rosenbrock from (-1, 1) within `rosenbrock_steps`. The generic
@@ -197,6 +198,33 @@ CASES = [
         "cautious_adam_wrapper",
         _cautious_adam,
         {"learning_rate": 0.05},
+        rosenbrock_kwargs={"learning_rate": 3e-3},
+    ),
+    OptCase(
+        "adam_mini",
+        contrib.adam_mini,
+        {"learning_rate": 0.05, "weight_decay": 0.0},
+        rosenbrock_kwargs={"learning_rate": 3e-3},
+    ),
+    OptCase(
+        # Rosenbrock's parameter is a vector: APOLLO gives it Adam (its 1-D rule); the
+        # quadratic's matrices are projected to rank 2.
+        "apollo",
+        contrib.apollo,
+        {"learning_rate": 0.1, "rank": 2, "update_proj_gap": 5},
+        rosenbrock_kwargs={"learning_rate": 3e-3},
+    ),
+    OptCase(
+        "apollo_mini",
+        contrib.apollo,
+        {"learning_rate": 0.05, "rank": 1, "scale": 4.0, "scale_type": "tensor"},
+        rosenbrock_kwargs={"learning_rate": 3e-3},
+    ),
+    OptCase(
+        # as apollo: the vector goes to Adam, the matrices get low-rank Adam plus the residual
+        "fira",
+        contrib.fira,
+        {"learning_rate": 0.05, "rank": 2, "update_proj_gap": 5},
         rosenbrock_kwargs={"learning_rate": 3e-3},
     ),
 ]

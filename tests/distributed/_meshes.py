@@ -11,7 +11,7 @@ from jax.sharding import PartitionSpec as P
 
 
 def mesh_4x2() -> jax.sharding.Mesh:
-    return jax.make_mesh((4, 2), ("data", "model"), (AxisType.Auto, AxisType.Auto))
+    return jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto, AxisType.Auto))
 
 
 # FSDP: sharded over "data"; tensor parallel: over "model"; replicated: ZeRO-1 shards its state.

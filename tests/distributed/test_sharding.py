@@ -19,7 +19,7 @@ from ._meshes import host_params, mesh_4x2, param_shardings
 
 
 def mesh_8() -> jax.sharding.Mesh:
-    return jax.make_mesh((8,), ("data",), (AxisType.Auto,))
+    return jax.make_mesh((8,), ("data",), axis_types=(AxisType.Auto,))
 
 
 def specs_of(tree):
@@ -254,7 +254,11 @@ def test_global_reductions_cost_one_all_reduce_and_stay_correct(name, make):
     tx = make()
     p = jax.device_put(params, psh)
     counts = compiled_update(tx, p, None, psh)
-    assert counts["all-reduce"] == 1 and counts["all-gather"] == counts["all-to-all"] == 0, counts
+    # XLA's all-reduce combiner merges the two leaves' reductions into one from jaxlib 0.7 on;
+    # jaxlib 0.6 (the oldest-versions lane) keeps one per leaf.
+    reductions = 1 if jax.__version_info__ >= (0, 7) else len(params)
+    assert counts["all-reduce"] == reductions, counts
+    assert counts["all-gather"] == counts["all-to-all"] == 0, counts
     # the numbers: equal to one device, including a step whose only NaN is on one shard
     grads = [random_like(params, rng) for _ in range(4)]
     grads[2] = {"w": grads[2]["w"].at[13, 5].set(jnp.nan), "b": grads[2]["b"]}
@@ -370,7 +374,7 @@ def test_sharded_state_saves_and_restores_with_its_shardings(tmp_path):
 
 def test_zero1_on_a_mesh_with_explicit_axes():
     # jax.make_mesh's default axis type: shardings are part of the arrays' types
-    mesh = jax.make_mesh((8,), ("data",), (AxisType.Explicit,))
+    mesh = jax.make_mesh((8,), ("data",), axis_types=(AxisType.Explicit,))
     params = {"w": jnp.arange(128.0).reshape(16, 8) / 100, "b": jnp.ones((8,))}
     psh = jax.tree.map(lambda _: NamedSharding(mesh, P()), params)
     p = jax.device_put(params, psh)

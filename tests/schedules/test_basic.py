@@ -14,6 +14,7 @@ import gradtx
 from gradtx import schedules as S
 from gradtx.schedules._common import as_step
 
+from ..helpers import enable_x64
 from .common import INT32_MAX, assert_schedule, boundary_steps, curve
 
 
@@ -197,7 +198,7 @@ def test_steps_past_int32_saturate_instead_of_wrapping():
 
 def test_int64_steps_under_x64_saturate_when_traced():
     schedule = S.exponential_decay(1.0, 10, 0.5)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         steps = jnp.asarray([2**40, 5], jnp.int64)
         out = jax.jit(schedule)(steps)
         assert out.dtype == jnp.float32
