@@ -1,4 +1,4 @@
-"""`make pytest`: the suite in two lanes, started together, each lane's failures reported.
+"""`make pytest`: the suite in lanes, started together, each lane's failures reported.
 
 - main: every test not marked `subprocess`, on `--workers` xdist workers (default 2), with a
   table case's tests grouped on one worker (`--dist loadgroup`, see tests/conftest.py).

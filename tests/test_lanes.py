@@ -1,5 +1,6 @@
-"""`make pytest`'s two lanes (tests/lanes.py): together they select every test exactly once, and
-the main lane groups each table case on one worker."""
+"""`make pytest`'s lanes (tests/lanes.py): main and processes together select every test exactly
+once, the main lane groups each table case on one worker, the version lanes run their subset
+with their own interpreters."""
 
 from __future__ import annotations
 

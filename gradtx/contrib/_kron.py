@@ -556,10 +556,19 @@ def kron(
       b1: the momentum in [0, 1).
       weight_decay: :math:`\lambda` >= 0, decoupled decay.
       mask: which parameters decay (tree, callable or glob patterns); None: rank >= 2.
-      preconditioner_update_probability, max_size_triangular, min_ndim_triangular,
-      max_skew_triangular, memory_save_mode, preconditioner_lr, preconditioner_init_scale,
-      mu_dtype, preconditioner_dtype, batch_axes, momentum_into_preconditioner_update,
-      balance_probability, seed: as in `scale_by_kron`.
+      preconditioner_update_probability: as in `scale_by_kron`.
+      max_size_triangular: as in `scale_by_kron`.
+      min_ndim_triangular: as in `scale_by_kron`.
+      max_skew_triangular: as in `scale_by_kron`.
+      memory_save_mode: as in `scale_by_kron`.
+      preconditioner_lr: as in `scale_by_kron`.
+      preconditioner_init_scale: as in `scale_by_kron`.
+      mu_dtype: as in `scale_by_kron`.
+      preconditioner_dtype: as in `scale_by_kron`.
+      batch_axes: as in `scale_by_kron`.
+      momentum_into_preconditioner_update: as in `scale_by_kron`.
+      balance_probability: as in `scale_by_kron`.
+      seed: as in `scale_by_kron`.
 
     Returns:
       A `GradientTransformation`; its state is a chain of `ScaleByKronState`, the decay's and

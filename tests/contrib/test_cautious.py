@@ -16,7 +16,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from pytorch_optimizer import AdEMAMix, Lion
 
 import gradtx
 from gradtx.contrib._cautious import CautiousState, cautious, cautious_adamw
@@ -30,6 +29,11 @@ from .torch_reference import (
     params_of,
     torch_trajectory,
 )
+
+# The reference (skipped where it is not installed, as in the version lanes).
+pytorch_optimizer = pytest.importorskip("pytorch_optimizer")
+AdEMAMix = pytorch_optimizer.AdEMAMix
+Lion = pytorch_optimizer.Lion
 
 REFERENCE = [
     (

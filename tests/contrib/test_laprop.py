@@ -14,7 +14,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from pytorch_optimizer import LaProp
 
 from gradtx.contrib._cautious import cautious
 from gradtx.contrib._laprop import ScaleByLapropState, laprop, scale_by_laprop
@@ -29,6 +28,10 @@ from .torch_reference import (
     params_of,
     torch_trajectory,
 )
+
+# The reference (skipped where it is not installed, as in the version lanes).
+pytorch_optimizer = pytest.importorskip("pytorch_optimizer")
+LaProp = pytorch_optimizer.LaProp
 
 REFERENCE = [
     ("defaults", lambda: laprop(1e-2), lambda ps: LaProp(ps, lr=1e-2)),
