@@ -1,8 +1,6 @@
 """Adam-mini: Adam with one second moment per parameter block (a head, a neuron, a token, a
 whole tensor) instead of one per entry."""
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 

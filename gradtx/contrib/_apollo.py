@@ -4,8 +4,6 @@ channel-wise (or tensor-wise) learning-rate scale that is applied to the raw gra
 Also the low-rank machinery that Fira shares: a leaf seen as a batch of (m, n) matrices, its
 projection to rank r on the smaller side, the scale per channel and the norm-growth limiter."""
 
-from __future__ import annotations
-
 import math
 from typing import Any, NamedTuple
 

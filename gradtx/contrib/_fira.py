@@ -2,8 +2,6 @@
 the low-rank Adam's norm ratio and held by a norm-growth limiter: full-rank updates under a
 low-rank memory budget."""
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import jax

@@ -1,8 +1,6 @@
 """PSGD Kron: preconditioned stochastic gradient descent with one Kronecker factor per axis of
 each parameter, fitted online from random probes (Xi-Lin Li; Evan Walters' PSGD Kron)."""
 
-from __future__ import annotations
-
 import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple

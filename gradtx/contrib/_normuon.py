@@ -1,8 +1,6 @@
 """NorMuon: Muon's orthogonalised momentum, normalised per output neuron by a second moment of
 the orthogonalised update, then rescaled; AdamW for the other parameters."""
 
-from __future__ import annotations
-
 import math
 from typing import Any, NamedTuple
 

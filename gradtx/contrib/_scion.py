@@ -1,8 +1,6 @@
 """Scion: the update is the linear-minimisation oracle (LMO) of a per-layer norm ball at the
 momentum (spectral, sign, column, row, RMS), optionally with Gluon's layer-wise step sizes."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple

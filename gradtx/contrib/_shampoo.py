@@ -1,8 +1,6 @@
 """Shampoo: Kronecker-factored matrix preconditioning (L^{-1/4} G R^{-1/4}) per block, with its
 step size grafted from a diagonal method (Adam, RMSProp, AdaGrad, SGD)."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple

@@ -1,8 +1,6 @@
 """SOAP: Adam in the eigenbasis of Shampoo's Kronecker factors, the basis refreshed every few steps
 by one power iteration and a QR decomposition; AdamW for the other leaves."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
