@@ -75,6 +75,13 @@ def matrix_axes(
     return batch, red, out
 
 
+def untranspose(x: jax.Array, order: Sequence[int], shape: tuple[int, ...]) -> jax.Array:
+    """A leaf of `shape` back from its matrix view: `x` holds `transpose(leaf, order)` in any
+    shape of the same size (a stack of matrices); the inverse of that transpose and reshape."""
+    x = x.reshape(tuple(shape[a] for a in order))
+    return jax.numpy.transpose(x, tuple(int(i) for i in np.argsort(order)))
+
+
 def matrix_labels(who: str, spec: Any, matrix: str) -> Callable[[Any], Any]:
     """The `multi_transform` labels of a matrix method's alias (Muon's rule): without `spec`
     every 2-D leaf is a matrix (labelled `matrix`) and the rest "adam"; with it, the leaves whose
@@ -90,4 +97,10 @@ def matrix_labels(who: str, spec: Any, matrix: str) -> Callable[[Any], Any]:
     return labels
 
 
-__all__ = ["is_dimension_numbers", "matrix_axes", "matrix_labels", "per_leaf_dimension_numbers"]
+__all__ = [
+    "is_dimension_numbers",
+    "matrix_axes",
+    "matrix_labels",
+    "per_leaf_dimension_numbers",
+    "untranspose",
+]

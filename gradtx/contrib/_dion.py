@@ -7,7 +7,6 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .._base._checks import (
     HyperparameterError,
@@ -30,6 +29,7 @@ from ._dimension_numbers import (
     matrix_axes,
     matrix_labels,
     per_leaf_dimension_numbers,
+    untranspose,
 )
 
 
@@ -112,8 +112,7 @@ def _to_matrices(x: jax.Array, lay: _Layout) -> jax.Array:
 
 
 def _from_matrices(b: jax.Array, lay: _Layout, shape: tuple[int, ...]) -> jax.Array:
-    b = b.reshape(tuple(shape[a] for a in lay.order))
-    return jnp.transpose(b, tuple(int(i) for i in np.argsort(lay.order)))
+    return untranspose(b, lay.order, shape)
 
 
 def _rank(cols: int, rank: int | None, rank_fraction: float, rank_multiple_of: int) -> int:

@@ -25,7 +25,12 @@ from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
 from ..transforms._tier import check_moment_dtype, ema, moment_buffers, read, stateless, store
 from ..wrappers._partition import multi_transform
-from ._dimension_numbers import matrix_axes, matrix_labels, per_leaf_dimension_numbers
+from ._dimension_numbers import (
+    matrix_axes,
+    matrix_labels,
+    per_leaf_dimension_numbers,
+    untranspose,
+)
 
 _PRECONDITIONINGS = ("frobenius", "spectral", "aol", "schatten")
 _DEFAULT_NS_COEFFS = (3.4445, -4.7750, 2.0315)
@@ -144,8 +149,7 @@ def _orthogonalize_leaf(
     size = lambda axes: math.prod(x.shape[a] for a in axes)
     matrices = jnp.transpose(x, order).reshape(size(batch), size(red), size(out))
     ortho = _orthogonalize(matrices, coeffs, preconditioning, eps)
-    ortho = ortho.reshape(tuple(x.shape[a] for a in order))
-    return jnp.transpose(ortho, tuple(int(i) for i in np.argsort(order)))
+    return untranspose(ortho, order, x.shape)
 
 
 def _coefficient_table(who: str, ns_coeffs: Any, ns_steps: int) -> tuple[tuple[float, ...], ...]:

@@ -6,7 +6,6 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .._base._checks import (
     alias_errors,
@@ -31,7 +30,7 @@ from ..transforms._tier import (
     stored,
 )
 from ..wrappers._partition import multi_transform
-from ._dimension_numbers import matrix_labels, per_leaf_dimension_numbers
+from ._dimension_numbers import matrix_labels, per_leaf_dimension_numbers, untranspose
 from ._muon import (  # read-only: Muon's orthogonalisation
     _DEFAULT_NS_COEFFS,
     _NS_COEFFS_PRESETS,
@@ -92,8 +91,7 @@ def to_matrices(x: jax.Array, view: MatrixView) -> jax.Array:
 
 def from_matrices(m: jax.Array, view: MatrixView, shape: tuple[int, ...]) -> jax.Array:
     """The inverse of `to_matrices`."""
-    m = m.reshape(tuple(shape[a] for a in view.order))
-    return jnp.transpose(m, tuple(int(i) for i in np.argsort(view.order)))
+    return untranspose(m, view.order, shape)
 
 
 def _safe_div(x: jax.Array, d: jax.Array) -> jax.Array:

@@ -31,7 +31,7 @@ from ..transforms._tier import (
     read,
     stored,
 )
-from ._dimension_numbers import matrix_axes, per_leaf_dimension_numbers
+from ._dimension_numbers import matrix_axes, per_leaf_dimension_numbers, untranspose
 
 GRAFT_TYPES = ("adam", "rmsprop", "adagrad", "sgd", "none")
 
@@ -130,8 +130,7 @@ def _from_blocks(blocks: jax.Array, plan: _Plan, shape: tuple[int, ...]) -> jax.
     m = jnp.moveaxis(blocks, nb + 2, nb + 1)
     m = m.reshape(*plan.batch, plan.nb_rows * plan.b_rows, plan.nb_cols * plan.b_cols)
     m = m[..., : plan.rows, : plan.cols]
-    m = m.reshape(tuple(shape[a] for a in plan.order))
-    return jnp.transpose(m, tuple(int(i) for i in np.argsort(plan.order)))
+    return untranspose(m, plan.order, shape)
 
 
 def _factor_shapes(plan: _Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:

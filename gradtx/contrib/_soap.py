@@ -33,7 +33,7 @@ from ..transforms._tier import (
 )
 from ..tree import assert_same_structure
 from ..wrappers._partition import multi_transform
-from ._dimension_numbers import matrix_axes, per_leaf_dimension_numbers
+from ._dimension_numbers import matrix_axes, per_leaf_dimension_numbers, untranspose
 
 
 class SoapDimensionNumbers(NamedTuple):
@@ -111,8 +111,7 @@ def _to_view(x: jax.Array, plan: _Plan) -> jax.Array:
 def _from_view(x: jax.Array, plan: _Plan, shape: tuple[int, ...]) -> jax.Array:
     if len(shape) < 2:
         return x
-    x = x.reshape(tuple(shape[a] for a in plan.order))
-    return jnp.transpose(x, tuple(int(i) for i in np.argsort(plan.order)))
+    return untranspose(x, plan.order, shape)
 
 
 def _eye(batch: tuple[int, ...], k: int, dtype: Any) -> jax.Array:
