@@ -743,3 +743,24 @@ def test_existing_names_still_resolve_before_class_names():
     assert tree.get(state, "_Inner") is state
     assert tree.get(state, "_Inner/note") is state.note
     assert tree.paths(state) == ["mu/mu", "note"]
+
+
+def test_colliding_paths_are_refused_by_every_path_keyed_consumer(tmp_path):
+    """`{"a/b": x, "a": {"b": y}}` flattens to two leaves named "a/b": state dicts, checkpoint
+    files, orbax keys and the torch converter's parameter paths all refuse it, naming the path
+    and the fix (one helper, `tree._paths.named_leaves`)."""
+    from gradtx.checkpoint import CheckpointError
+    from gradtx.tree._paths import named_leaves
+
+    clash = {"a/b": jnp.zeros(2), "a": {"b": jnp.ones(2)}}
+    items, _ = named_leaves("t", {"a": {"b": 1}, "c": [2]})
+    assert items == [("a/b", 1), ("c/0", 2)]
+    assert named_leaves("t", jnp.zeros(()), root="value")[0][0][0] == "value"
+    with pytest.raises(ValueError, match=r"t: two leaves have the path 'a/b'; rename"):
+        named_leaves("t", clash)
+    with pytest.raises(CheckpointError, match=r"state_dict: two leaves have the path 'a/b'"):
+        gradtx.state_dict(clash)
+    with pytest.raises(CheckpointError, match=r"save: two leaves have the path 'a/b'"):
+        gradtx.save(tmp_path / "s.gtx", clash)
+    with pytest.raises(CheckpointError, match="reserves"):
+        gradtx.state_dict({"__metadata__": jnp.zeros(1)})

@@ -9,11 +9,10 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax import tree_util as jtu
 
 from .._base._checks import check_divides
 from .._base._typing import OptState
-from ..tree import path_str
+from ..tree._paths import named_leaves
 from ._format import CheckpointError
 
 _RESERVED = "__metadata__"
@@ -21,18 +20,12 @@ _RESERVED = "__metadata__"
 
 def _flatten(who: str, state: OptState) -> tuple[list[tuple[str, Any]], Any]:
     """(path, leaf) pairs in flattening order and the treedef; paths must be unique."""
-    with_path, treedef = jtu.tree_flatten_with_path(state)
-    items: list[tuple[str, Any]] = []
-    seen: set[str] = set()
-    for key_path, leaf in with_path:
-        key = path_str(key_path)
-        if key in seen or key == _RESERVED:
-            raise CheckpointError(
-                f"{who}: two leaves of the state have the path {key!r} (or it is reserved); "
-                "rename the dict key that contains '/' or that repeats a sibling's name"
-            )
-        seen.add(key)
-        items.append((key, leaf))
+    items, treedef = named_leaves(who, state, error=CheckpointError)
+    if any(key == _RESERVED for key, _ in items):
+        raise CheckpointError(
+            f"{who}: a leaf of the state has the path {_RESERVED!r}, which the file format "
+            "reserves; rename that dict key"
+        )
     return items, treedef
 
 

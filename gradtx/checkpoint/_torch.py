@@ -69,12 +69,11 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax import tree_util as jtu
 
 from .._base._checks import did_you_mean
 from .._base._typing import OptState, Params
 from ..transforms._factored import _factored_dims
-from ..tree import path_str
+from ..tree._paths import named_leaves
 from ._format import CheckpointError
 from ._migrate import Migration, _is_int_scalar, migrate_into
 from ._roles import Role, roles
@@ -106,11 +105,6 @@ def _to_numpy(who: str, key: str, value: Any) -> np.ndarray:
         return np.asarray(value)
     except Exception as e:  # re-raised with the key
         raise CheckpointError(f"{who}: {key} is not an array ({e})") from None
-
-
-def _param_paths(params: Params) -> dict[str, Any]:
-    flat, _ = jtu.tree_flatten_with_path(params)
-    return {path_str(kp): leaf for kp, leaf in flat}
 
 
 def _factor_axes(who: str, path: str, shape: tuple[int, ...], transposed: bool) -> dict[str, str]:
@@ -204,7 +198,7 @@ def from_torch_state_dict(
     template = tx.init(params)
     kinds = {r.kind for r in roles(template)}
     by_slot = {(r.kind, r.field, r.param): r for r in roles(template)}
-    paths = _param_paths(params)
+    paths = dict(named_leaves(who, params)[0])
     values: list[Role] = []
     steps: dict[int, int] = {}
     for index, entries in sorted(state_by_index.items()):
@@ -410,7 +404,7 @@ def to_torch_state_dict(
             f"{who}: state is not tx's state for params: {'.'.join(odd[:2])}[{odd[2]}] is in "
             f"{'state' if odd in mine else 'tx.init(params)'} only"
         )
-    paths = _param_paths(params)
+    paths = dict(named_leaves(who, params)[0])
     index_of: dict[str, int] = {}
     groups = [dict(g) for g in param_groups] if param_groups is not None else None
     indices = [i for g in groups for i in g["params"]] if groups else list(range(len(paths)))

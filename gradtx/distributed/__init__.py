@@ -45,7 +45,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from .._base._checks import check_divides
 from .._base._typing import OptState, Params, PyTree
 from ..core._transformation import GradientTransformation
-from ..tree import path_str
+from ..tree._paths import named_leaves
 from ._sharding import plan
 
 __all__ = [
@@ -303,14 +303,8 @@ def bytes_per_device(tree: PyTree) -> dict[Any, int]:
 
 
 def _flat_named(who: str, state: PyTree) -> tuple[dict[str, Any], Any]:
-    with_path, treedef = jtu.tree_flatten_with_path(state)
-    named: dict[str, Any] = {}
-    for key_path, leaf in with_path:
-        key = path_str(key_path) or "value"
-        if key in named:
-            raise ValueError(f"{who}: two leaves of the state have the path {key!r}")
-        named[key] = leaf
-    return named, treedef
+    items, treedef = named_leaves(who, state, root="value")
+    return dict(items), treedef
 
 
 def _orbax(who: str) -> Any:

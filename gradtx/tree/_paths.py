@@ -44,6 +44,35 @@ def paths(tree: PyTree) -> list[str]:
     return [path_str(p) for p, _ in jtu.tree_flatten_with_path(tree)[0]]
 
 
+def named_leaves(
+    who: str,
+    tree: PyTree,
+    *,
+    root: str = "",
+    error: type[ValueError] = ValueError,
+    is_leaf: Callable[[Any], bool] | None = None,
+) -> tuple[list[tuple[str, Any]], Any]:
+    """`(path, leaf)` pairs in flattening order and the treedef, with every path unique.
+
+    Two leaves can share a '/'-joined path (a dict key holding '/', or `{"a/b": x, "a": {"b":
+    y}}`); where paths are names (state dicts, checkpoints, orbax keys) that is an `error`
+    naming the path and the fix. A leaf at the root is named `root`.
+    """
+    with_path, treedef = jtu.tree_flatten_with_path(tree, is_leaf=is_leaf)
+    items: list[tuple[str, Any]] = []
+    seen: set[str] = set()
+    for key_path, leaf in with_path:
+        key = path_str(key_path) or root
+        if key in seen:
+            raise error(
+                f"{who}: two leaves have the path {key!r}; rename the dict key that contains "
+                "'/' or that repeats a sibling's name"
+            )
+        seen.add(key)
+        items.append((key, leaf))
+    return items, treedef
+
+
 def map_with_path(
     f: Callable[..., Any], tree: PyTree, *rest: PyTree, is_leaf: Callable[[Any], bool] | None = None
 ) -> PyTree:
