@@ -268,3 +268,27 @@ def test_cli_inspect_and_migrate(tmp_path, capsys):
     assert "strict=True" in capsys.readouterr().err
     assert main(["inspect", str(tmp_path / "missing.safetensors")]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fmt", ["npz", "gradtx"])
+def test_cli_migrate_takes_the_parameters_from_a_file(tmp_path, capsys, fmt):
+    """`--params` (an .npz keyed by '/'-joined paths, or a `gradtx.save` file of the params) is
+    read back into the parameter tree: the result equals `gradtx.migrate` with those params."""
+    from gradtx.cli import main
+
+    params, state = _run(gradtx.adamw(LR), 2)
+    old = str(gradtx.save(tmp_path / "old.safetensors", state))
+    if fmt == "npz":
+        path = tmp_path / "params.npz"
+        np.savez(path, **{k: np.asarray(v) for k, v in gradtx.state_dict(params).items()})
+    else:
+        path = gradtx.save(tmp_path / "params.safetensors", params)
+    config = tmp_path / "new.yaml"
+    config.write_text("optimizer: {name: adamw, learning_rate: 0.05}\nema: {decay: 0.9}\n")
+    new = str(tmp_path / "new.safetensors")
+    assert main(["migrate", old, str(config), "-o", new, "--params", str(path)]) == 0
+    assert "shapes read from the old state" not in capsys.readouterr().out
+    want, _ = gradtx.migrate(state, gradtx.from_config(config), params)
+    got = gradtx.load(new, want)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -29,15 +29,10 @@ from ._commands import DIALECTS, _build, detect_dialect
 
 
 def _nested(flat: dict[str, Any]) -> dict[str, Any]:
-    """'/'-joined paths -> nested dicts."""
-    out: dict[str, Any] = {}
-    for path, value in flat.items():
-        parts = path.split("/")
-        node = out
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
-    return out
+    """'/'-joined paths -> nested dicts (a file's skeleton with no recorded containers)."""
+    from ..checkpoint._roles import skeleton
+
+    return skeleton(flat, "{}", "params")
 
 
 def _inferred_params(values: list[Any]) -> dict[str, Any]:
