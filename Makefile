@@ -30,6 +30,7 @@ $(PY):
 
 $(STAMP_TEST): $(PY) pyproject.toml constraints.txt
 	$(PIP) -e '.[test,all,docs]' || $(BROKEN)
+	$(PIP) --no-deps apollo-torch fira || $(BROKEN)
 	touch $@
 
 $(STAMP_DEMO): $(PY) pyproject.toml constraints.txt constraints-oldest.txt

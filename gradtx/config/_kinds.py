@@ -135,6 +135,7 @@ _BY_KIND: dict[str, tuple[str, ...]] = {
         "min_dim_size_to_factor",
         "min_ndim_triangular",
         "n_heads",
+        "n_kv_heads",
         "ns_steps",
         "num_betas",
         "num_cycles",

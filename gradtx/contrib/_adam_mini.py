@@ -26,12 +26,14 @@ from ..tree import assert_same_structure
 from ..tree._paths import paths
 from ..tree._patterns import resolve_rules
 
-ADAM_MINI_RULES = ("adam", "token", "head", "neuron", "whole")
+ADAM_MINI_RULES = ("adam", "token", "head", "kv_head", "neuron", "whole")
 
 # The paper's / the reference's parameter names (substrings of the lower-cased '/'-joined path).
 EMBED_NAMES = ("embed", "embd", "wte", "tok_embeddings")
 OUTPUT_NAMES = ("lm_head", "output")
-QK_NAMES = ("q_proj", "k_proj", "wq", "wk", "query", "key")
+Q_NAMES = ("q_proj", "wq", "query")
+K_NAMES = ("k_proj", "wk", "key")
+QK_NAMES = Q_NAMES + K_NAMES
 NO_DECAY_NAMES = ("norm", "ln_f")
 
 
@@ -45,9 +47,10 @@ class ScaleByAdamMiniState(NamedTuple):
 
 def default_rule(path: str, ndim: int) -> str:
     """The paper's partition of a leaf from its path (Zhang et al., Algorithm 3): embeddings by
-    token, the output layer by output neuron (= by token), queries and keys by head, every
-    other matrix (values, attention projections, MLPs) by output neuron, the rest (norm
-    scales, biases, scalars) as one block."""
+    token, the output layer by output neuron (= by token), queries by head ("head") and keys by
+    key / value head ("kv_head": the same as "head" unless `n_kv_heads` is given, for grouped
+    query attention), every other matrix (values, attention projections, MLPs) by output neuron,
+    the rest (norm scales, biases, scalars) as one block."""
     name = path.lower()
     if ndim < 2:
         return "whole"
@@ -55,8 +58,10 @@ def default_rule(path: str, ndim: int) -> str:
         return "token"
     if any(s in name for s in OUTPUT_NAMES):
         return "neuron"
-    if any(s in name for s in QK_NAMES):
+    if any(s in name for s in Q_NAMES):  # first: a fused "query_key_value" is cut by head
         return "head"
+    if any(s in name for s in K_NAMES):
+        return "kv_head"
     return "neuron"
 
 
@@ -70,7 +75,9 @@ class _Blocks(NamedTuple):
         return tuple(1 if a in self.axes else d for a, d in enumerate(self.view))
 
 
-def _blocks(who: str, path: str, shape: tuple[int, ...], rule: str, n_heads, axis: int) -> _Blocks:
+def _blocks(
+    who: str, path: str, shape: tuple[int, ...], rule: str, n_heads, n_kv_heads, axis: int
+) -> _Blocks:
     ndim = len(shape)
     everything = tuple(range(ndim))
     if rule == "adam":
@@ -87,18 +94,22 @@ def _blocks(who: str, path: str, shape: tuple[int, ...], rule: str, n_heads, axi
     axis %= ndim
     if rule == "neuron":
         return _Blocks(shape, tuple(a for a in everything if a != axis))
-    # "head": the output axis is cut into n_heads contiguous groups, one v per head.
-    if n_heads is None:
+    # "head" / "kv_head": the output axis is cut into n_heads (n_kv_heads) contiguous groups,
+    # one v per head.
+    name, heads = "n_heads", n_heads
+    if rule == "kv_head" and n_kv_heads is not None:
+        name, heads = "n_kv_heads", n_kv_heads
+    if heads is None:
         raise ValueError(
-            f"{who}: {path!r} is partitioned by head (rule 'head'), so n_heads is needed; pass "
+            f"{who}: {path!r} is partitioned by head (rule {rule!r}), so n_heads is needed; pass "
             "n_heads=<number of attention heads>, or a pattern giving it another rule"
         )
-    if shape[axis] % n_heads:
+    if shape[axis] % heads:
         raise ValueError(
             f"{who}: the output axis ({shape[axis]}) of {path!r} of shape {shape} is not "
-            f"divisible by n_heads={n_heads}; pass the right n_heads or output_axis"
+            f"divisible by {name}={heads}; pass the right {name} or output_axis"
         )
-    view = (*shape[:axis], n_heads, shape[axis] // n_heads, *shape[axis + 1 :])
+    view = (*shape[:axis], heads, shape[axis] // heads, *shape[axis + 1 :])
     return _Blocks(view, tuple(a for a in range(ndim + 1) if a != axis))
 
 
@@ -109,6 +120,7 @@ def scale_by_adam_mini(
     mu_dtype: Any = None,
     *,
     n_heads: int | None = None,
+    n_kv_heads: int | None = None,
     patterns: Mapping[str, str] | None = None,
     output_axis: int = -1,
 ) -> GradientTransformation:
@@ -124,14 +136,24 @@ def scale_by_adam_mini(
     The blocks :math:`b` of a leaf are given by a rule: "adam" (every entry its own block:
     Adam), "token" (one block per index of axis 0: the rows of an embedding table), "neuron"
     (one block per index of `output_axis`: an output neuron), "head" (`output_axis` cut into
-    `n_heads` contiguous groups: one block per attention head) or "whole" (one block). By
-    default a leaf's rule comes from its path as in the paper's Algorithm 3 (see
-    `default_rule`): embeddings ("embed", "embd", "wte", "tok_embeddings") by token, the output
-    layer ("lm_head", "output") by output neuron, i.e. by token, queries and keys ("q_proj",
-    "k_proj", "wq", "wk", "query", "key") by head, every other leaf of rank >= 2 (values,
-    attention projections, MLPs) by output neuron, and the leaves of rank < 2 (norm scales,
-    biases, scalars) as one block each (the 1-D rule). `patterns` (glob patterns on the
+    `n_heads` contiguous groups: one block per attention head), "kv_head" (the same, cut into
+    `n_kv_heads` groups when given: one block per key / value head under grouped-query
+    attention) or "whole" (one block). By default a leaf's rule comes from its path as in the
+    paper's Algorithm 3 (see `default_rule`): embeddings ("embed", "embd", "wte",
+    "tok_embeddings") by token, the output layer ("lm_head", "output") by output neuron, i.e. by
+    token, queries ("q_proj", "wq", "query") by head, keys ("k_proj", "wk", "key") by key / value
+    head, every other leaf of rank >= 2 (values, attention projections, MLPs, and also matrices
+    whose names the paper does not list) by output neuron, and the leaves of rank < 2 (norm
+    scales, biases, scalars) as one block each (the 1-D rule). `patterns` (glob patterns on the
     '/'-joined parameter paths, first match wins) override it.
+
+    The authors' package, `adam_mini.Adam_mini` (1.1.1), partitions as above (keys by
+    `n_kv_heads` heads) except in two places: every leaf whose name contains "bias" gets plain
+    Adam, and a matrix whose name is in none of its lists (embedding, output, query / key,
+    value, attention projection, MLP) is one whole block; ``patterns={"**/*bias*": "adam",
+    "<unlisted matrices>": "whole"}`` with `output_axis=0` reproduces it. Its weight decay
+    skips the names containing "norm", "ln" or "bias" (`adam_mini`'s default mask skips only
+    "norm" and "ln_f"; pass `mask` to match).
 
     The reference, `pytorch_optimizer.AdamMini` (4.1.0), differs from the paper in two places:
     embeddings and the output layer get plain Adam there, and values / projections / MLPs one
@@ -146,7 +168,10 @@ def scale_by_adam_mini(
       b2: :math:`\beta_2` in [0, 1).
       eps: :math:`\epsilon` >= 0, added to the bias-corrected root.
       mu_dtype: dtype of :math:`m` (default: the params'), or a `gradtx.quantized()` spec.
-      n_heads: the number of attention heads, needed by the "head" rule.
+      n_heads: the number of attention heads, needed by the "head" rule (and by "kv_head"
+        when `n_kv_heads` is None).
+      n_kv_heads: the number of key / value heads (grouped-query attention) for the "kv_head"
+        rule; None: `n_heads`. `n_heads` must be a multiple of it.
       patterns: a mapping from glob patterns on parameter paths to one of the rules above.
       output_axis: the axis of the output neurons (and of the heads) of a kernel: -1 for JAX's
         (in, out) layout, 0 for torch's (out, in).
@@ -165,6 +190,12 @@ def scale_by_adam_mini(
     check_int(who, "output_axis", output_axis)
     if n_heads is not None:
         check_int(who, "n_heads", n_heads, minimum=1)
+    if n_kv_heads is not None:
+        check_int(who, "n_kv_heads", n_kv_heads, minimum=1)
+        if n_heads is not None and n_heads % n_kv_heads:
+            raise ValueError(
+                f"{who}: n_heads={n_heads} is not a multiple of n_kv_heads={n_kv_heads}"
+            )
     rules_in = dict(patterns or {})
     if not isinstance(patterns, Mapping | None):
         raise TypeError(f"{who}: patterns must map glob patterns to rules, got {patterns!r}")
@@ -183,7 +214,7 @@ def scale_by_adam_mini(
         for x, name, rule in zip(leaves, names, chosen, strict=True):
             shape = tuple(np.shape(x))
             rule = default_rule(name, len(shape)) if rule == "-" else rule
-            out.append(_blocks(who, name, shape, rule, n_heads, output_axis))
+            out.append(_blocks(who, name, shape, rule, n_heads, n_kv_heads, output_axis))
         return out
 
     def init(params):
@@ -255,6 +286,7 @@ def adam_mini(
     mu_dtype: Any = None,
     *,
     n_heads: int | None = None,
+    n_kv_heads: int | None = None,
     patterns: Mapping[str, str] | None = None,
     output_axis: int = -1,
 ) -> GradientTransformation:
@@ -277,6 +309,7 @@ def adam_mini(
       mask: which leaves decay (boolean tree, callable or glob patterns); None: all but norms.
       mu_dtype: dtype of the first moment, or a `gradtx.quantized()` spec.
       n_heads: number of attention heads (for the "head" rule of queries and keys).
+      n_kv_heads: number of key / value heads (for the "kv_head" rule of keys); None: `n_heads`.
       patterns: glob patterns on parameter paths -> rule (see `scale_by_adam_mini`).
       output_axis: the axis of a kernel's output neurons: -1 (JAX's (in, out)) or 0 (torch's).
 
@@ -294,7 +327,14 @@ def adam_mini(
     """
     return chain(
         scale_by_adam_mini(
-            b1, b2, eps, mu_dtype, n_heads=n_heads, patterns=patterns, output_axis=output_axis
+            b1,
+            b2,
+            eps,
+            mu_dtype,
+            n_heads=n_heads,
+            n_kv_heads=n_kv_heads,
+            patterns=patterns,
+            output_axis=output_axis,
         ),
         weight_decay_tx(weight_decay, _no_decay_mask if mask is None else mask),
         scale_by_learning_rate(learning_rate),

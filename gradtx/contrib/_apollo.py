@@ -353,7 +353,9 @@ def apollo(
     with :math:`u_t` of `scale_by_apollo`: `chain(scale_by_apollo(...), weight_decay(
     weight_decay, mask), scale_by_learning_rate(learning_rate))`. The leaves that are not
     projected (by default all but the 2-D ones) get AdamW. The decay is AdamW's
-    (:math:`\eta_t\lambda`, as in the paper); `pytorch_optimizer.APOLLO` multiplies it by the
+    (:math:`\eta_t\lambda`, as in the paper); the authors' code (apollo-torch 1.0.3) applies
+    it after the step, :math:`w \leftarrow (w - \eta' u)(1 - \eta\lambda)`, which differs by
+    the product :math:`\eta'\eta\lambda u`; `pytorch_optimizer.APOLLO` multiplies it by the
     bias-corrected step size instead. APOLLO-Mini is `apollo(lr, rank=1, scale=128,
     scale_type="tensor")`.
 

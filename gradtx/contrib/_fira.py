@@ -64,13 +64,15 @@ def scale_by_fira(
     (:math:`\phi` per row for :math:`m \ge n`, per column otherwise: the norm over the rank
     axis, as in the authors' code). :math:`P` is recomputed (an SVD in float32, under
     `lax.cond`) at the steps :math:`t` with :math:`t - 1 \equiv 0 \pmod T`, GaLore's
-    convention in gradtx (`pytorch_optimizer` refreshes at step 1 and the multiples of
-    :math:`T`); the moments are kept across refreshes. :math:`\epsilon` is added to the
-    uncorrected root, the bias correction is a factor on the step, as in the reference.
+    convention in gradtx and the authors' code (`pytorch_optimizer` refreshes at step 1 and
+    the multiples of :math:`T`); the moments are kept across refreshes. :math:`\epsilon` is
+    added to the uncorrected root, the bias correction is a factor on the step, as in the
+    reference.
 
-    The residual is :math:`G - P P^\top G`, as in the paper (Eq. 6); `pytorch_optimizer.Fira`
-    (4.1.0) subtracts :math:`\alpha P P^\top G` (its projector's back-projection carries the
-    scale), which is the same for :math:`\alpha = 1` only. A matrix whose last residual was 0
+    The residual is :math:`G - P P^\top G`, as in the paper (Eq. 6); the authors' code (fira
+    1.0.2) and `pytorch_optimizer.Fira` (4.1.0) subtract :math:`\alpha P P^\top G` (their
+    projectors' back-projection carries the scale), which is the same for :math:`\alpha = 1`
+    only. A matrix whose last residual was 0
     starts the limiter afresh (see `limit_norm_growth`).
 
     Leaves that are not projected (by default every leaf not of rank 2; see
@@ -197,9 +199,10 @@ def fira(
 
     with :math:`u_t` of `scale_by_fira`: `chain(scale_by_fira(...), weight_decay(weight_decay,
     mask), scale_by_learning_rate(learning_rate))`; the leaves that are not projected (by
-    default all but the 2-D ones) get AdamW. `pytorch_optimizer.Fira` applies the decay after
-    the step, :math:`w \leftarrow (w - \eta' u)(1 - \eta\lambda)`, which differs from AdamW's
-    by the product :math:`\eta'\eta\lambda u`.
+    default all but the 2-D ones) get AdamW. The authors' code (fira 1.0.2) and
+    `pytorch_optimizer.Fira` apply the decay after the step,
+    :math:`w \leftarrow (w - \eta' u)(1 - \eta\lambda)`, which differs from AdamW's by the
+    product :math:`\eta'\eta\lambda u`.
 
     Args:
       learning_rate: :math:`\eta` >= 0, a float or a schedule.

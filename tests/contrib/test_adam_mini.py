@@ -1,9 +1,23 @@
 """Adam-mini against `pytorch_optimizer.AdamMini` (4.1.0) over 60 float32 steps (with the
-patterns that reproduce the reference's partition), against a NumPy transcription of the
-paper's partition (its default), and its edge cases.
+patterns that reproduce the reference's partition), against the authors' package
+`adam_mini.Adam_mini` (1.1.1) over 60 float32 steps on a small Llama-like block (embedding,
+norms, grouped-query attention q / k / v / o with biases, MLP, an unlisted matrix, lm_head),
+against a NumPy transcription of the paper's partition (its default), and its edge cases.
 
-Tolerance: 1e-5 absolute on parameters of size ~1 after 60 steps of lr 1e-2: both sides run
-in float32 with the same operations up to the order of the block mean's summation."""
+Tolerance: 1e-5 absolute on parameters of size ~1 after 60 steps of lr 1e-2 against
+pytorch_optimizer and the NumPy transcription, 1e-4 against the authors' package (measured:
+4e-6): all sides run in float32 with the same operations up to the order of the block mean's
+summation and of the bias corrections (the package applies 1 / sqrt(1 - b2^t) to sqrt(v) and
+folds 1 / (1 - b1^t) into the step in float64 Python scalars), which compound over 60 steps.
+
+The authors' package partitions as gradtx's default (keys by `n_kv_heads` heads: the "kv_head"
+rule) except that every name containing "bias" gets plain Adam (gradtx: one whole block, the
+1-D rule) and a matrix named in none of its lists is one whole block (gradtx: by output
+neuron); `AUTHORS_PATTERNS` reproduces it, and `test_default_partition_vs_authors` pins where
+the default differs. Its weight decay skips names containing "norm", "ln" or "bias" (gradtx's
+default mask: "norm", "ln_f"). Where it departs from the paper (q / k cut into blocks of
+dim * dim / n_heads entries, which is one head only when the projection's input width is
+`dim`), gradtx follows the paper: `test_head_partition_follows_the_paper_not_dim`."""
 
 from __future__ import annotations
 
@@ -236,3 +250,173 @@ def test_construction_errors():
         scale_by_adam_mini(patterns={"nothing": "whole"}).init({"w": jnp.zeros((4, 4))})
     with pytest.raises(ValueError, match="weight_decay"):
         adam_mini(1e-3, weight_decay=-1.0)
+
+
+# --------------------------------------------------------------------------------------------
+# The authors' package, adam_mini.Adam_mini (1.1.1)
+# --------------------------------------------------------------------------------------------
+
+AD, AHEADS, AKV, AFFN = 8, 4, 2, 12  # dim, heads, key / value heads (GQA), MLP width
+AHD = AD // AHEADS
+AUTHORS_SHAPES = {  # torch's (out, in) layout, Llama-like names
+    "embed_tokens.weight": (VOCAB, AD),
+    "layers.0.attn_norm.weight": (AD,),
+    "layers.0.self_attn.q_proj.weight": (AD, AD),
+    "layers.0.self_attn.q_proj.bias": (AD,),
+    "layers.0.self_attn.k_proj.weight": (AKV * AHD, AD),
+    "layers.0.self_attn.v_proj.weight": (AKV * AHD, AD),
+    "layers.0.self_attn.o_proj.weight": (AD, AD),
+    "layers.0.ffn_norm.weight": (AD,),
+    "layers.0.mlp.up_proj.weight": (AFFN, AD),
+    "layers.0.mlp.up_proj.bias": (AFFN,),
+    "layers.0.mlp.down_proj.weight": (AD, AFFN),
+    "layers.0.router.weight": (3, AD),  # in none of the package's name lists
+    "norm.weight": (AD,),
+    "lm_head.weight": (VOCAB, AD),
+}
+# The package's partition through gradtx: the default rule (with n_kv_heads) plus these.
+AUTHORS_PATTERNS = {"**/bias": "adam", "**/router/**": "whole"}
+# Where gradtx's default partition differs from the package's (the rest agrees).
+DEFAULT_DIFFERS = {
+    "layers.0.self_attn.q_proj.bias",
+    "layers.0.mlp.up_proj.bias",
+    "layers.0.router.weight",
+}
+
+
+def _nest(flat):
+    """{"a.b.c": x} -> {"a": {"b": {"c": x}}}: gradtx's paths are the torch names with '/'."""
+    out: dict = {}
+    for name, x in flat.items():
+        *head, last = name.split(".")
+        node = out
+        for k in head:
+            node = node.setdefault(k, {})
+        node[last] = x
+    return out
+
+
+def _flat(tree, names):
+    def get(name):
+        node = tree
+        for k in name.split("."):
+            node = node[k]
+        return node
+
+    return {n: get(n) for n in names}
+
+
+def _authors_problem(shapes, seed=5):
+    rng = np.random.default_rng(seed)
+    params = {k: rng.normal(size=s).astype(np.float32) for k, s in shapes.items()}
+    scale = np.exp(rng.normal(size=STEPS)).astype(np.float32)
+    grads = {
+        k: (scale.reshape((-1,) + (1,) * len(s)) * rng.normal(size=(STEPS, *s))).astype(np.float32)
+        for k, s in shapes.items()
+    }
+    return params, grads
+
+
+def _authors_run(params, grads, weight_decay, *, dim=AD, n_heads=AHEADS, n_kv_heads=AKV):
+    adam_mini_pkg = pytest.importorskip("adam_mini")
+    named = [(k, torch.nn.Parameter(torch.tensor(v))) for k, v in params.items()]
+    opt = adam_mini_pkg.Adam_mini(
+        named, lr=LR, betas=(0.9, 0.999), eps=1e-8, weight_decay=weight_decay, dim=dim,
+        n_heads=n_heads, n_kv_heads=n_kv_heads, verbose=False,
+    )  # fmt: skip
+    out = {k: [] for k in params}
+    for t in range(STEPS):
+        for k, p in named:
+            p.grad = torch.tensor(grads[k][t])
+        opt.step()
+        for k, p in named:
+            out[k].append(p.detach().numpy().copy())
+    return {k: np.stack(v) for k, v in out.items()}, opt
+
+
+def _authors_mask(params):
+    """The package's decay rule: not the names containing "norm", "ln" or "bias"."""
+    return _nest({k: not any(s in k for s in ("norm", "ln", "bias")) for k in params})
+
+
+def _gradtx_run(tx, params, grads):
+    ours = gradtx_trajectory(tx, _nest(params), _nest(grads))
+    return _flat(ours, params)
+
+
+def _leaf_diffs(a, b):
+    return {k: float(np.max(np.abs(a[k] - b[k]))) for k in a}
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_matches_authors_adam_mini(weight_decay):
+    params, grads = _authors_problem(AUTHORS_SHAPES)
+    ref, _ = _authors_run(params, grads, weight_decay)
+    kw = dict(n_heads=AHEADS, patterns=AUTHORS_PATTERNS, output_axis=0)
+    tx = adam_mini(LR, weight_decay=weight_decay, mask=_authors_mask(params), n_kv_heads=AKV, **kw)
+    diffs = _leaf_diffs(_gradtx_run(tx, params, grads), ref)
+    assert max(diffs.values()) < 1e-4, diffs
+    # the trajectory moved (the test could fail)
+    assert min(float(np.max(np.abs(ref[k][-1] - params[k]))) for k in params) > 0.05
+    if weight_decay:
+        return
+    # without n_kv_heads the keys are cut into n_heads groups (half a key head each): not the
+    # package's (nor the paper's) partition (the leaves are independent: run the key alone)
+    key = "layers.0.self_attn.k_proj.weight"
+    tx = adam_mini(LR, weight_decay=0.0, n_heads=AHEADS, output_axis=0)
+    alone = _gradtx_run(tx, {key: params[key]}, {key: grads[key]})
+    assert float(np.max(np.abs(alone[key] - ref[key]))) > 1e-3
+
+
+def test_default_partition_vs_authors():
+    """gradtx's default partition agrees with the package's on every leaf but the biases (the
+    package: Adam; gradtx: one block, the 1-D rule) and the unlisted matrix (the package: one
+    block; gradtx: by output neuron); its default decay mask also decays the biases."""
+    params, grads = _authors_problem(AUTHORS_SHAPES, seed=6)
+    ref, _ = _authors_run(params, grads, 0.0)
+    tx = adam_mini(LR, weight_decay=0.0, n_heads=AHEADS, n_kv_heads=AKV, output_axis=0)
+    diffs = _leaf_diffs(_gradtx_run(tx, params, grads), ref)
+    assert max(v for k, v in diffs.items() if k not in DEFAULT_DIFFERS) < 1e-4, diffs
+    assert min(diffs[k] for k in DEFAULT_DIFFERS) > 1e-3, diffs
+    from gradtx.contrib._adam_mini import _no_decay_mask
+
+    decays = _flat(_no_decay_mask(_nest(params)), params)
+    assert decays["layers.0.mlp.up_proj.bias"] and not decays["norm.weight"]
+
+
+def test_head_partition_follows_the_paper_not_dim():
+    """The package cuts a query / key into blocks of dim * dim / n_heads entries, one head only
+    when the projection's input width is `dim`; the paper partitions by head. On a key of
+    input width 2 * dim (cross-attention from a wider encoder) the package keeps 2 * n_heads
+    second moments (half a head each) where gradtx keeps n_heads (one per head)."""
+    shapes = {"cross.k_proj.weight": (AD, 2 * AD), "cross.v_proj.weight": (AD, 2 * AD)}
+    params, grads = _authors_problem(shapes, seed=7)
+    _, opt = _authors_run(params, grads, 0.0, n_kv_heads=None)
+    group = next(g for g in opt.param_groups if g["name"] == "cross.k_proj.weight")
+    pkg_v = opt.state[group["params"][0]]["vmean"]
+    assert tuple(pkg_v.shape) == (2 * AHEADS, 1)
+    tx = scale_by_adam_mini(n_heads=AHEADS, output_axis=0)
+    p = _nest(params)
+    g = _nest({k: v[0] for k, v in grads.items()})
+    _, state = jax.jit(tx.update)(g, tx.init(p))
+    nu = np.asarray(state.nu["cross"]["k_proj"]["weight"])
+    assert nu.shape == (AHEADS, 1, 1)
+    g_k = grads["cross.k_proj.weight"][0].astype(np.float64)
+    per_head = (g_k**2).reshape(AHEADS, AHD * 2 * AD).mean(axis=1)
+    np.testing.assert_allclose(nu.ravel(), 1e-3 * per_head, rtol=1e-5)
+
+
+def test_kv_head_rule():
+    params = {"q_proj": jnp.zeros((8, 8)), "k_proj": jnp.zeros((8, 4)), "wv": jnp.zeros((8, 4))}
+    assert default_rule("attn/k_proj/kernel", 2) == "kv_head"
+    assert default_rule("attn/query_key_value/kernel", 2) == "head"  # fused: by query head
+    nu = scale_by_adam_mini(n_heads=4, n_kv_heads=2).init(params).nu
+    assert {k: v.shape for k, v in nu.items()} == {
+        "q_proj": (1, 4, 1), "k_proj": (1, 2, 1), "wv": (1, 4),
+    }  # fmt: skip
+    # without n_kv_heads, keys are cut by n_heads (the behaviour before n_kv_heads)
+    assert scale_by_adam_mini(n_heads=4).init(params).nu["k_proj"].shape == (1, 4, 1)
+    with pytest.raises(ValueError, match="n_kv_heads"):
+        scale_by_adam_mini(n_heads=4, n_kv_heads=3)
+    with pytest.raises(ValueError, match="n_kv_heads=3"):
+        scale_by_adam_mini(n_heads=3, n_kv_heads=3).init({"k_proj": jnp.zeros((8, 4))})

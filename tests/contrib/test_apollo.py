@@ -4,10 +4,25 @@ projections as input (ours, read from the state), with that same transcription c
 variant (scale applied to the projected gradient, then projected back); the statistics of the
 random projections; edge cases.
 
+Second reference: the authors' package, apollo-torch 1.0.3 (`apollo_torch/apollo.py`
+`AdamW`, imported without its package __init__ by tests/contrib/author_packages.py), with its
+random draw (`GradientProjector.get_orthogonal_matrix`, seeded per parameter and re-seeded per
+draw) replaced by the projection gradtx drew at the same step, so that only the deterministic
+rule is compared: channel-wise, tensor-wise and APOLLO-Mini (rank 1, scale 128), redraws
+every 7 or 10 steps, the norm-growth limiter's stored norms, its scale_front option, its
+weight decay (applied after the step: another order, documented in `apollo`) and its limiter
+after a zero gradient (it stalls; gradtx starts afresh, documented in `limit_norm_growth`).
+
 Tolerance: 1e-5 absolute on params of size ~1 after 60 float32 steps of lr 1e-2 (float32
-against float64 / float32 torch; the norms and the limiter are smooth)."""
+against float64 / float32 torch; the norms and the limiter are smooth). Against the authors'
+package 2e-5 absolute on the params (of size ~2.5) and 2e-5 relative on the limiter's norms
+after 60 steps: both sides are float32 with the same projections, so only the rounding of
+the matmuls, norms and square roots differs (measured: <= 3.3e-6 on the params, APOLLO-Mini
+the largest, whose sqrt(128) amplifies it; <= 6e-7 relative on the norms)."""
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +31,8 @@ import pytest
 
 from gradtx.contrib._apollo import ScaleByApolloState, apollo, scale_by_apollo
 from gradtx.contrib._galore import GaLoreDimensionNumbers
+
+from . import author_packages
 
 torch = pytest.importorskip("torch")
 pytorch_optimizer = pytest.importorskip("pytorch_optimizer")
@@ -26,6 +43,7 @@ LR = 1e-2
 RANK = 3
 SHAPES = {"w": (8, 6), "v": (4, 10), "b": (6,)}
 B1, B2, EPS = 0.9, 0.999, 1e-6
+AUTHORS_TOL = 2e-5  # against apollo-torch; see the module docstring
 
 
 def _problem(seed: int = 0):
@@ -268,3 +286,152 @@ def test_construction_errors():
         apollo(1e-2, b2=1.5)
     with pytest.raises(ValueError, match="weight_decay"):
         apollo(1e-2, weight_decay=-1.0)
+
+
+# --- against the authors' package (apollo-torch, github.com/zhuhanqing/APOLLO) -------------
+
+
+@pytest.fixture(scope="module")
+def authors_apollo():
+    """apollo_torch.apollo, imported on its own (see tests/contrib/author_packages.py)."""
+    return author_packages.load("apollo_torch", "apollo")
+
+
+@functools.cache
+def _compiled(scale_type="channel", rank=RANK, scale=1.0, gap=7, weight_decay=None):
+    """A compiled run of gradtx's APOLLO (lr LR, seed 11; `weight_decay` not None: `apollo`
+    with that decay) returning the params, projections and the limiter's norms after each
+    step; cached so that the tests below share the compilations."""
+    if weight_decay is None:
+        tx = _scaled(scale_by_apollo(rank, gap, scale, scale_type=scale_type, seed=11))
+    else:
+        tx = apollo(LR, rank, gap, scale, weight_decay=weight_decay, scale_type=scale_type,
+                    seed=11)  # fmt: skip
+
+    @jax.jit
+    def run(params, grads):
+        def body(carry, g):
+            p, s = carry
+            u, s = tx.update(g, s, p)
+            p = jax.tree.map(lambda a, b: a + b, p, u)
+            return (p, s), (p, s[0].projection, s[0].norm)
+
+        return jax.lax.scan(body, (params, tx.init(params)), grads)[1]
+
+    return lambda params, grads: jax.tree.map(np.asarray, run(params, grads))
+
+
+def _authors_run(mod, monkeypatch, params, grads, projs, *, gap, weight_decay=0.0, **group):
+    """The authors' `AdamW` (APOLLO) on the same problem, its random draws replaced by our
+    projections of the same steps. Returns the params after each step, the limiter's stored
+    norm of each matrix after each step, and the (step, leaf, side) of every draw."""
+    tensors = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
+    by_shape = {tuple(params[k].shape): k for k in ("w", "v")}
+    now, draws = [0], []
+
+    def fixed(self, weights, rank, type, seed=None):
+        k = by_shape[tuple(weights.shape)]
+        draws.append((now[0], k, type))
+        P = projs[k][now[0]]
+        return torch.tensor((P.T if type == "right" else P).copy())
+
+    monkeypatch.setattr(mod.GradientProjector, "get_orthogonal_matrix", fixed)
+    options = {k: group.pop(k) for k in ("scale_front", "disable_nl") if k in group}
+    group.setdefault("rank", RANK)
+    opt = mod.AdamW(
+        [{"params": [tensors["w"], tensors["v"]], "update_proj_gap": gap, "proj": "random",
+          "proj_type": "std", **group},
+         {"params": [tensors["b"]]}],
+        lr=LR, betas=(B1, B2), eps=EPS, weight_decay=weight_decay, **options,
+    )  # fmt: skip
+    out = {k: [] for k in params}
+    norms = {"w": [], "v": []}
+    for t in range(STEPS):
+        now[0] = t
+        for k, p in tensors.items():
+            p.grad = torch.tensor(grads[k][t])
+        opt.step()
+        for k, p in tensors.items():
+            out[k].append(p.detach().numpy().copy())
+        for k in norms:
+            norms[k].append(float(opt.state[tensors[k]].get("scaled_grad", np.nan)))
+    params_out = {k: np.stack(v) for k, v in out.items()}
+    return params_out, {k: np.array(v) for k, v in norms.items()}, draws
+
+
+# (scale_type, rank, scale, gap): APOLLO channel-wise; tensor-wise; APOLLO-Mini (rank 1,
+# scale 128, tensor-wise, as in the paper)
+AUTHOR_CASES = [("channel", 3, 1.0, 7), ("tensor", 3, 4.0, 10), ("tensor", 1, 128.0, 10)]
+
+
+@pytest.mark.parametrize(("scale_type", "rank", "scale", "gap"), AUTHOR_CASES)
+def test_matches_authors_apollo(authors_apollo, monkeypatch, scale_type, rank, scale, gap):
+    """gradtx against the authors' APOLLO with our projections injected: the params and the
+    limiter's norms over 60 steps, with redraws; the redraws at the same steps; and the limiter
+    is exercised (the authors' run without it, disable_nl, is another trajectory)."""
+    params, grads = _problem()
+    ours, projs, our_norms = _compiled(scale_type, rank, scale, gap)(params, grads)
+    kw = {"rank": rank, "scale": scale, "scale_type": scale_type}
+    ref, ref_norms, draws = _authors_run(authors_apollo, monkeypatch, params, grads, projs,
+                                         gap=gap, **kw)  # fmt: skip
+    assert _max_diff(ours, ref) < AUTHORS_TOL
+    for k in ("w", "v"):
+        np.testing.assert_allclose(our_norms[k], ref_norms[k], rtol=AUTHORS_TOL)
+    # the authors draw at steps 1, gap + 1, ... (0-based t % gap == 0), the right side for
+    # (8, 6) and the left for (4, 10), as gradtx does
+    expected = [(t, k, "right" if k == "w" else "left") for t in range(STEPS) if t % gap == 0
+                for k in ("w", "v")]  # fmt: skip
+    assert draws == expected
+    unlimited, _, _ = _authors_run(authors_apollo, monkeypatch, params, grads, projs, gap=gap,
+                                   disable_nl=True, **kw)  # fmt: skip
+    assert _max_diff(ours, unlimited) > 1e-3
+
+
+def test_authors_scale_front_is_the_same_rule(authors_apollo, monkeypatch):
+    """The authors' scale_front=True multiplies by sqrt(scale) before the limiter instead of
+    after it; the limiter's ratio does not see the factor (up to its 1e-8), so gradtx (which
+    scales after, the default) matches both."""
+    params, grads = _problem()
+    ours, projs, _ = _compiled("tensor", RANK, 4.0, 10)(params, grads)
+    ref, _, _ = _authors_run(authors_apollo, monkeypatch, params, grads, projs, gap=10,
+                             scale=4.0, scale_type="tensor", scale_front=True)  # fmt: skip
+    assert _max_diff(ours, ref) < AUTHORS_TOL
+
+
+def test_authors_weight_decay_is_applied_after_the_step(authors_apollo, monkeypatch):
+    """The authors decay after the step, w <- (w - eta' u)(1 - eta lambda); gradtx's `apollo`
+    decays AdamW's way (the paper's), w <- w - eta' u - eta lambda w. The updates u do not
+    depend on the params (the gradients are given), so both recursions can be built from
+    gradtx's undecayed steps: the authors' run matches the first, gradtx the second, and they
+    differ by the product term eta lambda eta' u (documented in `apollo`)."""
+    params, grads = _problem()
+    wd = 0.5
+    plain, projs, _ = _compiled()(params, grads)
+    ref, _, _ = _authors_run(authors_apollo, monkeypatch, params, grads, projs, gap=7,
+                             scale=1.0, scale_type="channel", weight_decay=wd)  # fmt: skip
+    ours, _, _ = _compiled(weight_decay=wd)(params, grads)
+    after, adamw = author_packages.decay_recursions(params, plain, LR, wd)
+    assert _max_diff(ref, after) < AUTHORS_TOL
+    assert _max_diff(ours, adamw) < AUTHORS_TOL
+    assert _max_diff(ref, ours) > 1e-4
+
+
+def test_authors_limiter_stalls_after_a_zero_gradient(authors_apollo, monkeypatch):
+    """Edge case where gradtx departs from the authors' code (documented in
+    `limit_norm_growth`): after a step whose gradient is 0, the stored norm is 0 and the
+    authors' limiter divides the next update by ~norm / 1e-8, so the matrix barely moves for
+    hundreds of steps (the norm then grows by 1 % a step); gradtx starts the limiter afresh."""
+    rng = np.random.default_rng(5)
+    params = {k: rng.normal(size=s).astype(np.float32) for k, s in SHAPES.items()}
+    g = {k: rng.normal(size=(STEPS, *s)).astype(np.float32) for k, s in SHAPES.items()}
+    for k in g:
+        g[k][0] = 0.0
+    ours, projs, our_norms = _compiled()(params, g)
+    ref, ref_norms, _ = _authors_run(authors_apollo, monkeypatch, params, g, projs, gap=7,
+                                     scale=1.0, scale_type="channel")  # fmt: skip
+    for k in ("w", "v"):
+        assert our_norms[k][0] == 0 and ref_norms[k][0] == 0
+        assert np.max(np.abs(ref[k][-1] - params[k])) < 1e-6  # stalled
+        assert np.max(np.abs(ours[k][-1] - params[k])) > 1e-2  # trained
+        assert np.max(ref_norms[k]) < 1e-5 and our_norms[k][1] > 0.1
+    np.testing.assert_allclose(ours["b"], ref["b"], atol=AUTHORS_TOL)  # Adam leaves agree
