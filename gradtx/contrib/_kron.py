@@ -364,8 +364,13 @@ def scale_by_kron(
     drawn in float32. The fit's two terms are computed from :math:`A` and :math:`\bar B`
     divided by their common max-norm (the step is unchanged, but a gradient of 1e30 does not
     overflow :math:`A_i A_i^T`, where the reference gives NaN), and the clip's RMS from
-    :math:`u / \max|u|`. psgd-jax's probe damping of the gradient is not applied (the reference has
-    none). Complex parameters are not supported.
+    :math:`u / \max|u|`. psgd-jax's probe damping of the gradient is not applied (the
+    reference and Li's PSGD have none). Further, against psgd-jax 0.2.9 (tested in
+    tests/contrib/test_kron_psgd_jax.py): it calls the schedule with the count after the
+    increment (1 at the first step), so gradtx's probability lags its by one step; it clips by
+    :math:`\max(1, \mathrm{rms}/1.1)` (no 1e-6), a 1e-6 relative difference; and it clips a
+    `scanned_layers` leaf as a whole, where gradtx clips each batch slice on its own.
+    Complex parameters are not supported.
 
     Args:
       b1: :math:`\beta_1` in [0, 1), the momentum (0: none; the state keeps its buffer).
@@ -547,7 +552,8 @@ def kron(
     with :math:`u_t` of `scale_by_kron`: `chain(scale_by_kron(...), weight_decay(weight_decay,
     mask), scale_by_learning_rate(learning_rate))`. The decay is decoupled and added after the
     RMS clip, as in the reference; `mask=None` decays the leaves of rank >= 2 only (the
-    reference's rule), a mask chooses otherwise.
+    reference's rule; psgd-jax's default, optax's mask None, decays every leaf), a mask chooses
+    otherwise.
 
     Args:
       learning_rate: :math:`\eta` >= 0 (float or schedule); the reference's default 1e-3.
