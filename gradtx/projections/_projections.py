@@ -316,10 +316,10 @@ def projection_l2_sphere(tree: Any, scale: ArrayLike = 1) -> Any:
     """
     _check_radius("projection_l2_sphere", scale)
     tree = _as_float(tree)
-    squared = norm(tree, squared=True)
-    nonzero = squared > 0
-    factor = scale / jnp.sqrt(jnp.where(nonzero, squared, 1))
-    uniform = scale / jnp.sqrt(jnp.asarray(max(size(tree), 1), squared.dtype))
+    root = jnp.sqrt(norm(tree, squared=True))
+    nonzero = root > 0  # a test on the root, not the sum of squares: see _clipping._global_norm
+    factor = scale / jnp.where(nonzero, root, 1)
+    uniform = scale / jnp.sqrt(jnp.asarray(max(size(tree), 1), root.dtype))
     return jax.tree.map(
         lambda x: jnp.where(nonzero, factor * x, uniform).astype(x.dtype),
         tree,

@@ -75,7 +75,12 @@ def _global_norm(updates: Updates) -> jax.Array:
     """The global L2 norm in float32 (or wider), with a gradient that is finite at zero (a NaN
     norm stays NaN)."""
     sq = norm(updates, squared=True)
-    positive = ~(sq <= 0)
+    # The test reads the square root, not `sq`: `sq` is a chain of cheap scalar adds (one per
+    # leaf), and a predicate on it lets XLA fuse the whole chain into every leaf's update
+    # (N^2 instructions: 1.6 s to compile 100 leaves instead of 0.4 s, minutes for 1,000).
+    # XLA does not duplicate a square root, so the chain is computed once; the values are
+    # the same (sqrt(sq) <= 0 exactly when sq <= 0, NaN stays NaN).
+    positive = ~(jnp.sqrt(sq) <= 0)
     return jnp.where(positive, jnp.sqrt(jnp.where(positive, sq, 1.0)), 0.0).astype(sq.dtype)
 
 

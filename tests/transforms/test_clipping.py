@@ -279,3 +279,29 @@ def test_a_finite_threshold_still_clips_and_a_nan_norm_stays_nan(name):
     nan = {"a": jnp.array([jnp.nan, 1.0])}
     out, _ = tx.update(nan, tx.init(nan))
     assert bool(jnp.isnan(out["a"]).all())
+
+
+def _optimized_lines(make, leaves: int) -> int:
+    """Lines of the optimized HLO of one update step on `leaves` small leaves."""
+    params = {f"p{i}": jnp.ones((16 + i,)) for i in range(leaves)}
+    tx = make()
+    f = jax.jit(lambda p, g, s: tx.update(g, s, p))
+    return f.lower(params, params, tx.init(params)).compile().as_text().count("\n")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adamw(1e-3)),
+        lambda: gradtx.with_metrics(gradtx.adamw(1e-3)),
+        lambda: gradtx.stateless(lambda u, p: gradtx.projections.projection_l2_sphere(u)),
+    ],
+    ids=["clip_by_global_norm", "with_metrics", "projection_l2_sphere"],
+)
+def test_a_global_norm_is_computed_once_not_per_leaf(make):
+    """Was: the clip's test `sq <= 0` on the sum of squares (a chain of one scalar add per leaf)
+    let XLA fuse the whole chain into every leaf's update: N^2 instructions, so 100 leaves
+    compiled in 1.6 s (Optax: 0.4 s) and 1,000 took over ten minutes. The optimized program
+    must grow linearly with the leaves: 4x the leaves, < 4.5x the instructions (6x before)."""
+    small, large = _optimized_lines(make, 8), _optimized_lines(make, 32)
+    assert large < 4.5 * small, (small, large)
