@@ -56,10 +56,28 @@ def main(argv: list[str] | None = None) -> int:
         "first-order set on a small transformer language model)",
     )
     parser.add_argument(
+        "--leaves",
+        action="store_true",
+        help="run only the leaf-count benchmark (build and step cost of 4.2M values split into "
+        "10 .. 3000 leaves, gradtx vs Optax, with per-leaf and packed floors)",
+    )
+    parser.add_argument(
+        "--leaf-counts",
+        metavar="N,N,...",
+        help="with --leaves: only these numbers of leaves (comma-separated, e.g. 10,100)",
+    )
+    parser.add_argument(
+        "--layout",
+        action="append",
+        choices=("equal", "different"),
+        help="with --leaves: only this layout of leaf lengths (repeatable)",
+    )
+    parser.add_argument(
         "--optimizer",
         action="append",
         metavar="NAME",
-        help="with --quality: run only this optimizer (repeatable; AdamW always runs)",
+        help="with --quality: run only this optimizer (repeatable; AdamW always runs); with "
+        "--leaves: only this optimizer (repeatable; 'floors' for the two floor rows)",
     )
     parser.add_argument(
         "--part",
@@ -95,6 +113,26 @@ def main(argv: list[str] | None = None) -> int:
             else (False,)
             if args.undonated_only
             else (True, False),
+        )
+    if args.leaves:
+        from .leaves import main as leaves_main
+
+        counts = None
+        if args.leaf_counts:
+            try:
+                counts = [int(c) for c in args.leaf_counts.split(",") if c.strip()]
+            except ValueError:
+                parser.error(
+                    f"--leaf-counts: integers separated by commas, not {args.leaf_counts!r}"
+                )
+        return leaves_main(
+            quick=args.quick,
+            out=args.out,
+            log=lambda s: print(s, flush=True),
+            counts=counts,
+            selected=args.optimizer,
+            layouts=args.layout,
+            rounds=args.repeats,
         )
     if args.quality:
         from .quality import main as quality_main

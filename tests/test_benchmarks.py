@@ -153,3 +153,47 @@ def test_quality_corpus_is_deterministic_text_with_structure():
     assert a == b and len(a) == 5000
     assert corpus(5000, seed=2) != a
     assert " plus " in a and " is " in a and " that " in a
+
+
+@pytest.mark.subprocess
+def test_leaves_benchmark_runs_quick(tmp_path, capsys):
+    code = main(
+        [
+            "--leaves",
+            "--quick",
+            "--optimizer",
+            "adamw",
+            "--optimizer",
+            "floors",
+            "--layout",
+            "equal",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    assert code == 0
+    data = json.loads((tmp_path / "leaves.json").read_text())
+    assert [r["leaves"] for r in data["rows"]] == [10, 30]
+    for r in data["rows"]:
+        for lib in ("gradtx", "optax"):
+            assert r[lib]["compile_s"] > 0 and r[lib]["step_s"] > 0
+            assert r[lib]["peak_bytes"] is None or r[lib]["peak_bytes"] > 0
+        assert r["step_ratio"] > 0
+    assert data["rows"][0]["gradtx"]["compile_growth"] == 1.0
+    assert {f["floor"] for f in data["floors"]} == {"floor: per-leaf add", "floor: packed"}
+    assert all(t["values"] == 60_000 for t in data["trees"])
+    assert "| adamw | equal | 30 |" in (tmp_path / "leaves.md").read_text()
+    assert (tmp_path / "leaves.png").stat().st_size > 0
+
+
+def test_leaves_lengths_and_bad_arguments():
+    from benchmarks.leaves import lengths
+
+    assert lengths(4_200_000, 1000, "equal") == [4200] * 1000
+    diff = lengths(4_200_000, 1000, "different")
+    assert len(set(diff)) == 1000 and abs(sum(diff) - 4_200_000) <= 1000
+    assert len(set(lengths(4_200_000, 3000, "different"))) == 3000
+    with pytest.raises(SystemExit):
+        main(["--leaves", "--leaf-counts", "10,x"])
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        main(["--leaves", "--quick", "--optimizer", "nope"])
