@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .harness import Budget, Stats, interleaved, machine_facts, paired_ratio
+from .workloads import _adamw_clip_cosine, _lion
 
 FULL_TOTAL = 4_200_000
 QUICK_TOTAL = 60_000
@@ -62,28 +63,10 @@ def optimizers() -> dict[str, Callable[[str], Any]]:
             return gradtx.adamw(1e-3, weight_decay=1e-4)
         return optax.adamw(1e-3, weight_decay=1e-4)
 
-    def clip_adamw(lib: str) -> Any:
-        if lib == "gradtx":
-            sched = gradtx.schedules.warmup_cosine_decay(0.0, 1e-3, 100, 10_000)
-            return gradtx.chain(
-                gradtx.clip_by_global_norm(1.0), gradtx.adamw(sched, weight_decay=1e-4)
-            )
-        return optax.chain(
-            optax.clip_by_global_norm(1.0),
-            optax.adamw(
-                optax.warmup_cosine_decay_schedule(0.0, 1e-3, 100, 10_000), weight_decay=1e-4
-            ),
-        )
-
     def sgd_momentum(lib: str) -> Any:
         if lib == "gradtx":
             return gradtx.sgd(1e-2, momentum=0.9)
         return optax.sgd(1e-2, momentum=0.9)
-
-    def lion(lib: str) -> Any:
-        if lib == "gradtx":
-            return gradtx.lion(1e-4, weight_decay=1e-3)
-        return optax.lion(1e-4, weight_decay=1e-3)
 
     def adamw_8bit(lib: str) -> Any:
         if lib == "gradtx":
@@ -93,9 +76,9 @@ def optimizers() -> dict[str, Callable[[str], Any]]:
 
     return {
         "adamw": adamw,
-        "clip+adamw(warmup-cosine)": clip_adamw,
+        "clip+adamw(warmup-cosine)": _adamw_clip_cosine,  # the suite's, as in workloads.py
         "sgd_momentum": sgd_momentum,
-        "lion": lion,
+        "lion": _lion,
         "adamw_8bit": adamw_8bit,
     }
 

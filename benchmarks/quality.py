@@ -236,6 +236,19 @@ def optimizers() -> dict[str, tuple[Callable[[Any], Any], tuple[float, ...]]]:
 # -- the run -------------------------------------------------------------------------------------
 
 
+def make_step(tx: Any, heads: int) -> Callable:
+    """The jitted training step `(params, state, tokens) -> (params, state, loss)`, params and
+    state donated."""
+    import gradtx
+
+    def step(params, state, tokens):
+        loss, grads = jax.value_and_grad(loss_fn)(params, tokens, heads)
+        updates, state = tx.update(grads, state, params)
+        return gradtx.apply_updates(params, updates), state, loss
+
+    return jax.jit(step, donate_argnums=(0, 1))
+
+
 def _state_bytes(state: Any) -> int:
     return sum(
         int(np.prod(np.shape(x))) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(state)
@@ -251,14 +264,7 @@ def train(
     eval_every: int,
 ) -> dict[str, Any]:
     """One run: train losses, held-out losses every `eval_every` steps, step times, state size."""
-    import gradtx
-
-    def step(params, state, tokens):
-        loss, grads = jax.value_and_grad(loss_fn)(params, tokens, heads)
-        updates, state = tx.update(grads, state, params)
-        return gradtx.apply_updates(params, updates), state, loss
-
-    step = jax.jit(step, donate_argnums=(0, 1))
+    step = make_step(tx, heads)
     evaluate = jax.jit(lambda p: jnp.mean(jax.vmap(lambda b: loss_fn(p, b, heads))(eval_batches)))
     params = jax.tree.map(jnp.array, params)  # a copy: the step donates it
     state = tx.init(params)
@@ -298,13 +304,8 @@ def refit_costs(
     from gradtx import contrib
 
     def runner(tx: Any) -> list[Any]:
-        def step(params, state, tokens):
-            loss, grads = jax.value_and_grad(loss_fn)(params, tokens, heads)
-            updates, state = tx.update(grads, state, params)
-            return gradtx.apply_updates(params, updates), state, loss
-
-        p = jax.tree.map(jnp.array, params)
-        return [jax.jit(step, donate_argnums=(0, 1)), p, tx.init(p)]
+        p = jax.tree.map(jnp.array, params)  # a copy: the step donates it
+        return [make_step(tx, heads), p, tx.init(p)]
 
     txs = {"adamw": gradtx.adamw(1e-3, weight_decay=0.01)}
     for prob in REFIT_PROBABILITIES:

@@ -203,3 +203,22 @@ def assert_construction_raises(factory, kwargs, message):
     """`factory(**kwargs)` raises a ValueError or TypeError matching `message`."""
     with pytest.raises((ValueError, TypeError), match=message):
         factory(**kwargs)
+
+
+def low_rank_trajectory(tx: Any, fields: tuple[str, ...] = ("projection",)) -> Callable:
+    """`(params, stacked_grads) -> (params, *fields)` after each step, as NumPy, from one
+    compiled scan of `tx` (a low-rank method's state, or a chain whose first state is it):
+    the projections (and e.g. the limiter's `norm`) the reference runs are given."""
+
+    @jax.jit
+    def run(params, grads):
+        def body(carry, g):
+            p, s = carry
+            u, s = tx.update(g, s, p)
+            p = jax.tree.map(lambda a, b: a + b, p, u)
+            inner = s if hasattr(s, fields[0]) else s[0]
+            return (p, s), (p, *(getattr(inner, f) for f in fields))
+
+        return jax.lax.scan(body, (params, tx.init(params)), grads)[1]
+
+    return lambda params, grads: jax.tree.map(np.asarray, run(params, grads))

@@ -33,6 +33,7 @@ from gradtx.contrib._apollo import ScaleByApolloState, apollo, scale_by_apollo
 from gradtx.contrib._galore import GaLoreDimensionNumbers
 
 from . import author_packages
+from .common import low_rank_trajectory
 
 torch = pytest.importorskip("torch")
 pytorch_optimizer = pytest.importorskip("pytorch_optimizer")
@@ -59,20 +60,7 @@ def _problem(seed: int = 0):
 
 def _run(tx, params, grads):
     """Params and projections after each step (one compiled scan)."""
-
-    @jax.jit
-    def run(params, grads):
-        def body(carry, g):
-            p, s = carry
-            u, s = tx.update(g, s, p)
-            p = jax.tree.map(lambda a, b: a + b, p, u)
-            inner = s if isinstance(s, ScaleByApolloState) else s[0]
-            return (p, s), (p, inner.projection)
-
-        return jax.lax.scan(body, (params, tx.init(params)), grads)[1]
-
-    out = run(params, grads)
-    return jax.tree.map(np.asarray, out)
+    return low_rank_trajectory(tx)(params, grads)
 
 
 def _numpy_apollo(params, grads, projs, *, scale=1.0, scale_type="channel", raw=True):
@@ -308,17 +296,7 @@ def _compiled(scale_type="channel", rank=RANK, scale=1.0, gap=7, weight_decay=No
         tx = apollo(LR, rank, gap, scale, weight_decay=weight_decay, scale_type=scale_type,
                     seed=11)  # fmt: skip
 
-    @jax.jit
-    def run(params, grads):
-        def body(carry, g):
-            p, s = carry
-            u, s = tx.update(g, s, p)
-            p = jax.tree.map(lambda a, b: a + b, p, u)
-            return (p, s), (p, s[0].projection, s[0].norm)
-
-        return jax.lax.scan(body, (params, tx.init(params)), grads)[1]
-
-    return lambda params, grads: jax.tree.map(np.asarray, run(params, grads))
+    return low_rank_trajectory(tx, ("projection", "norm"))
 
 
 def _authors_run(mod, monkeypatch, params, grads, projs, *, gap, weight_decay=0.0, **group):

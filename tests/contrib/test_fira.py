@@ -33,6 +33,7 @@ from gradtx.contrib._fira import ScaleByFiraState, fira, scale_by_fira
 from gradtx.contrib._galore import GaLoreDimensionNumbers
 
 from . import author_packages
+from .common import low_rank_trajectory
 
 torch = pytest.importorskip("torch")
 pytorch_optimizer = pytest.importorskip("pytorch_optimizer")
@@ -57,17 +58,8 @@ def _problem(seed: int = 0):
 
 
 def _run(tx, params, grads):
-    @jax.jit
-    def run(params, grads):
-        def body(carry, g):
-            p, s = carry
-            u, s = tx.update(g, s, p)
-            p = jax.tree.map(lambda a, b: a + b, p, u)
-            return (p, s), (p, s[0].projection)
-
-        return jax.lax.scan(body, (params, tx.init(params)), grads)[1]
-
-    return jax.tree.map(np.asarray, run(params, grads))
+    """Params and projections after each step (one compiled scan)."""
+    return low_rank_trajectory(tx)(params, grads)
 
 
 def _with_lr(tx):
@@ -272,17 +264,7 @@ def _compiled(scale=1.0, gap=7, weight_decay=None):
     else:
         tx = fira(LR, RANK, gap, scale, weight_decay=weight_decay)
 
-    @jax.jit
-    def run(params, grads):
-        def body(carry, g):
-            p, s = carry
-            u, s = tx.update(g, s, p)
-            p = jax.tree.map(lambda a, b: a + b, p, u)
-            return (p, s), (p, s[0].projection, s[0].norm)
-
-        return jax.lax.scan(body, (params, tx.init(params)), grads)[1]
-
-    return lambda params, grads: jax.tree.map(np.asarray, run(params, grads))
+    return low_rank_trajectory(tx, ("projection", "norm"))
 
 
 def _authors_run(mod, monkeypatch, params, grads, projs, *, gap, scale, weight_decay=0.0):
