@@ -47,23 +47,73 @@ def _files(folder) -> list[str]:
 # --------------------------------------------------------------------------------------------
 
 
-def test_state_dict_keys_are_readable_paths():
+def test_state_dict_keys_name_roles_not_positions():
     params = {"encoder": {"dense": {"kernel": jnp.ones((2, 3)), "bias": jnp.ones(3)}}}
+    plain = gradtx.chain(gradtx.scale_by_adam(), gradtx.scale_by_learning_rate(0.1))
+    keys = list(gradtx.state_dict(plain.init(params)))
+    assert keys == [
+        "adam/count",
+        "adam/mu/encoder/dense/bias",
+        "adam/mu/encoder/dense/kernel",
+        "adam/nu/encoder/dense/bias",
+        "adam/nu/encoder/dense/kernel",
+        "schedule/count",
+    ]
+    # Wrapping and adding stateless transformations changes no key.
+    wrapped = gradtx.apply_if_finite(
+        gradtx.chain(gradtx.clip_by_global_norm(1.0), plain), max_consecutive_errors=3
+    )
+    wrapped_keys = list(gradtx.state_dict(wrapped.init(params)))
+    assert set(keys) < set(wrapped_keys)
+    assert "apply_if_finite/notfinite_count" in wrapped_keys
+    # Labels come first: named_chain names (a name equal to the kind is said once) ...
     named = gradtx.named_chain(
         ("adam", gradtx.scale_by_adam()), ("lr", gradtx.scale_by_learning_rate(0.1))
     )
-    keys = list(gradtx.state_dict(named.init(params)))
-    assert "adam/mu/encoder/dense/kernel" in keys
-    assert "adam/nu/encoder/dense/bias" in keys and "adam/count" in keys
-    plain = gradtx.chain(gradtx.scale_by_adam(), gradtx.scale_by_learning_rate(0.1))
-    assert "0/mu/encoder/dense/kernel" in gradtx.state_dict(plain.init(params))
-    # One entry per leaf, equal to the leaf.
+    named_keys = list(gradtx.state_dict(named.init(params)))
+    assert "adam/mu/encoder/dense/kernel" in named_keys and "lr/schedule/count" in named_keys
+    # ... and multi_transform labels; a kind that occurs twice is numbered.
+    multi = gradtx.multi_transform(
+        {"a": gradtx.adam(1e-3), "s": gradtx.sgd(0.1, momentum=0.9)},
+        {"encoder": {"dense": {"kernel": "a", "bias": "s"}}},
+    )
+    assert {"a/adam/mu/encoder/dense/kernel", "s/trace/trace/encoder/dense/bias"} <= set(
+        gradtx.state_dict(multi.init(params))
+    )
+    twice = gradtx.chain(gradtx.scale_by_adam(), gradtx.scale_by_adam())
+    assert list(gradtx.state_dict(twice.init(params)))[::5] == ["adam.0/count", "adam.1/count"]
+    # keys="paths": the tree paths (the keys of earlier versions and of gradtx.save's file).
     state = named.init(params)
-    d = gradtx.state_dict(state)
+    d = gradtx.state_dict(state, keys="paths")
     assert list(d) == gradtx.tree.paths(state)
-    for value, leaf in zip(d.values(), jax.tree.leaves(state), strict=True):
+    assert "0/mu/encoder/dense/kernel" in gradtx.state_dict(plain.init(params), keys="paths")
+    # One entry per leaf, equal to the leaf, in either form.
+    short = gradtx.state_dict(state)
+    for value, same, leaf in zip(d.values(), short.values(), jax.tree.leaves(state), strict=True):
         assert isinstance(value, np.ndarray)
+        np.testing.assert_array_equal(value, same)
         np.testing.assert_array_equal(value, np.asarray(leaf))
+    with pytest.raises(gradtx.CheckpointError, match=r"keys must be one of \('short', 'paths'\)"):
+        gradtx.state_dict(state, keys="path")
+
+
+def test_load_state_dict_takes_short_keys_and_the_paths_of_earlier_versions():
+    tx, params, state = _adam_state()
+    template = tx.init(params)
+    for form in ("short", "paths"):
+        d = gradtx.state_dict(state, keys=form)
+        assert_trees_bitwise_equal(gradtx.load_state_dict(template, d), state)
+    # A dict written before short keys existed (paths), errors named in its own form.
+    old = gradtx.state_dict(state, keys="paths")
+    del old["0/mu/dense/bias"]
+    with pytest.raises(
+        gradtx.CheckpointError, match=r"missing from the state dict \(1\): \['0/mu/dense/bias'\]"
+    ):
+        gradtx.load_state_dict(template, old)
+    # Short keys come from the leaves' roles: the same state from another chain keeps its keys.
+    assert list(gradtx.state_dict(state)) == list(
+        gradtx.state_dict(gradtx.chain(gradtx.clip(1.0), tx).init(params))
+    )
 
 
 def test_load_state_dict_round_trips_none_leaves_and_empty_subtrees():
@@ -81,32 +131,32 @@ def test_load_state_dict_errors_list_missing_unexpected_and_mismatched_keys():
     template = tx.init(params)
     d = gradtx.state_dict(state)
     bad = dict(d)
-    del bad["0/mu/dense/bias"]
-    bad["0/mu/dense/extra"] = np.zeros(4, np.float32)
-    bad["0/nu/dense/kernel"] = np.zeros((4, 3), np.float32)  # wrong shape
-    bad["0/count"] = np.asarray(3, np.int64)  # wrong dtype
+    del bad["adam/mu/dense/bias"]
+    bad["adam/mu/dense/extra"] = np.zeros(4, np.float32)
+    bad["adam/nu/dense/kernel"] = np.zeros((4, 3), np.float32)  # wrong shape
+    bad["adam/count"] = np.asarray(3, np.int64)  # wrong dtype
     with pytest.raises(gradtx.CheckpointError) as info:
         gradtx.load_state_dict(template, bad)
     msg = str(info.value)
-    assert "missing from the state dict (1): ['0/mu/dense/bias']" in msg
-    assert "unexpected in the state dict (1): ['0/mu/dense/extra']" in msg
-    assert "0/nu/dense/kernel: float32[3, 4] vs float32[4, 3]" in msg
-    assert "0/count: int32[] vs int64[]" in msg
-    assert "first mismatch '0/count'" in msg
+    assert "missing from the state dict (1): ['adam/mu/dense/bias']" in msg
+    assert "unexpected in the state dict (1): ['adam/mu/dense/extra']" in msg
+    assert "adam/nu/dense/kernel: float32[3, 4] vs float32[4, 3]" in msg
+    assert "adam/count: int32[] vs int64[]" in msg
+    assert "first mismatch 'adam/count'" in msg
     assert isinstance(info.value, ValueError)
 
 
 def test_load_state_dict_non_strict_keeps_template_values_for_missing_keys():
     tx, params, state = _adam_state()
     template = tx.init(params)
-    d = {k: v for k, v in gradtx.state_dict(state).items() if not k.startswith("0/nu/")}
+    d = {k: v for k, v in gradtx.state_dict(state).items() if not k.startswith("adam/nu/")}
     d["something/else"] = np.zeros(2)
     restored = gradtx.load_state_dict(template, d, strict=False)
     assert_trees_bitwise_equal(restored[0].mu, state[0].mu)
     assert_trees_bitwise_equal(restored[0].nu, template[0].nu)
     # Shapes are still checked.
-    d["0/mu/dense/bias"] = np.zeros(5, np.float32)
-    with pytest.raises(gradtx.CheckpointError, match="0/mu/dense/bias"):
+    d["adam/mu/dense/bias"] = np.zeros(5, np.float32)
+    with pytest.raises(gradtx.CheckpointError, match="adam/mu/dense/bias"):
         gradtx.load_state_dict(template, d, strict=False)
 
 
@@ -175,7 +225,7 @@ def test_file_has_the_safetensors_layout_and_no_pickle(tmp_path):
     (n,) = struct.unpack("<Q", raw[:8])
     header = json.loads(raw[8 : 8 + n])
     assert header.pop("__metadata__")["format"] == "gradtx.optimizer_state"
-    assert list(header) == list(gradtx.state_dict(state))
+    assert list(header) == list(gradtx.state_dict(state, keys="paths"))  # the tree paths
     assert header["0/count"] == {"dtype": "I32", "shape": [], "data_offsets": [0, 4]}
     assert len(raw) == 8 + n + max(v["data_offsets"][1] for v in header.values())
     kernel = header["0/mu/dense/kernel"]
@@ -389,11 +439,12 @@ def test_inspect_state_reports_fields_step_and_current_hyperparameters():
     assert summary.hyperparam("learning_rate") == expected_lr
     assert summary.hyperparam("learning_rate") == float(gradtx.tree.get(state, "learning_rate"))
     text = str(summary)
-    assert f"step: {steps} (from 'opt/count')" in text
+    assert f"step: {steps} (from 'opt/inject_hyperparams/count')" in text  # its short key
     assert f"hyperparameter opt/learning_rate = {expected_lr:.6g}" in text
-    row = r"\nopt/inner_state/0/mu/dense/kernel +opt:ScaleByAdamState.mu\[dense/kernel\] +"
+    row = r"\nopt/adam/mu/dense/kernel +opt:ScaleByAdamState.mu\[dense/kernel\] +"
     assert re.search(row + r"\(3, 4\) +float32 +48\n", text)
     assert summary.fields[0].role == "opt:InjectHyperparamsState.count"
+    assert [f.key for f in summary.fields] == list(gradtx.state_dict(state))
     with pytest.raises(KeyError, match="did you mean 'learning_rate'"):
         summary.hyperparam("learnig_rate")
 

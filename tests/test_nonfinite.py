@@ -77,7 +77,8 @@ def test_path_inside_jit_raises_a_clear_error():
 
 def test_pytree_keys_and_repr():
     loc = first_nonfinite({"dense": {"kernel": jnp.array([np.nan, 1.0])}})
-    assert sorted(state_dict(loc)) == ["count", "index", "total"]
+    assert sorted(state_dict(loc, keys="paths")) == ["count", "index", "total"]
+    assert next(iter(state_dict(loc))) == "nonfinite_location/index"
     assert gradtx.tree.paths(loc) == ["index", "count", "total"]
     assert repr(loc) == "NonfiniteLocation(path='dense/kernel', index=0, count=1, total=1)"
     rebuilt = jax.tree.map(lambda x: x, loc)
@@ -216,7 +217,7 @@ def test_located_state_round_trips_through_state_dict_and_scan():
     for g in grads[:4]:
         _, state = step(g, state, params)
     d = state_dict(state)
-    assert np.asarray(d["first_nonfinite/index"]).dtype == np.int32
+    assert np.asarray(d["apply_if_finite_located/first_nonfinite/index"]).dtype == np.int32
     restored = load_state_dict(located.init(params), d)
     assert isinstance(restored.first_nonfinite, NonfiniteLocation)
     assert (

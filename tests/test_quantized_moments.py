@@ -14,7 +14,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 import gradtx
 from gradtx.state import _quantize as Q
 
-from .helpers import mixed_params
+from .helpers import assert_trees_bitwise_equal, mixed_params
 
 Q8 = gradtx.quantized(block_size=64, min_size=256)
 SMALL = gradtx.quantized(block_size=16, min_size=0)  # quantizes every leaf of mixed_params
@@ -150,7 +150,13 @@ def test_checkpoint_round_trip_is_bit_exact(tmp_path):
     _, state = _train(tx, params, 5)
     sd = gradtx.state_dict(state)
     assert any(k.endswith("codes") for k in sd) and any(k.endswith("scale") for k in sd)
+    # short keys name the buffer's parts below its role
+    paths = gradtx.state_dict(state, keys="paths")
+    codes = [k for k in paths if k.endswith("/codes")]
+    assert codes and all(k.startswith("0/") for k in codes)
+    assert [k for k in sd if k.endswith("/codes")] == ["adam/" + k[2:] for k in codes]
     back = gradtx.load_state_dict(tx.init(params), sd)
+    assert_trees_bitwise_equal(gradtx.load_state_dict(tx.init(params), paths), back)
     path = gradtx.save(tmp_path / "q.ckpt", state)
     loaded = gradtx.load(path, tx.init(params))
     for restored in (back, loaded):

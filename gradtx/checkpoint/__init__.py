@@ -40,7 +40,7 @@ from ._leaves import (
 )
 from ._migrate import Migration, MigrationReport, migrate_into, source_values
 from ._optax_state import from_optax_state
-from ._roles import Role, structure_of
+from ._roles import Role, short_keys, structure_of
 from ._torch import from_torch_state_dict, to_torch_state_dict
 from ._torch_names import torch_names
 
@@ -126,16 +126,24 @@ def _is_concrete(leaf: Any) -> bool:
     return not isinstance(leaf, jax.ShapeDtypeStruct)
 
 
-def state_dict(state: OptState) -> dict[str, np.ndarray]:
-    """The state as a flat dict from stable, readable paths to host NumPy arrays.
+def state_dict(state: OptState, *, keys: str = "short") -> dict[str, np.ndarray]:
+    """The state as a flat dict from stable, readable keys to host NumPy arrays.
 
-    Keys are '/'-joined key paths (`"adam/mu/encoder/dense/kernel"`, `"0/count"`); values keep
-    their dtypes (bf16, int32, ...); PRNG keys are stored as their raw key data. None leaves and
-    empty subtrees have no entry (`load_state_dict` gets them from its template). On CPU the
-    arrays may share memory with the state's buffers: treat them as read-only.
+    Keys (`keys="short"`, the default) name what a value is, with nothing positional: the
+    state's kind, the labels that tell sub-states apart (`named_chain` names,
+    `multi_transform` labels), its field and the parameter path: `"adam/mu/dense/kernel"`,
+    `"adam/count"`, `"schedule/count"`, `"inject_hyperparams/hyperparams/learning_rate"`. A
+    kind that occurs twice is numbered (`"adam.0/..."`, `"adam.1/..."`); a value outside any
+    state object keeps its path. `keys="paths"` gives the full '/'-joined tree paths instead
+    (`"0/mu/dense/kernel"`: the keys of earlier versions and of `gradtx.save`'s file);
+    `load_state_dict` takes either. Values keep their dtypes (bf16, int32, ...); PRNG keys are
+    stored as their raw key data. None leaves and empty subtrees have no entry
+    (`load_state_dict` gets them from its template). On CPU the arrays may share memory with
+    the state's buffers: treat them as read-only.
 
     Args:
       state: an optimizer state (any pytree of arrays), e.g. from `tx.init` or `tx.update`.
+      keys: `"short"` (role keys) or `"paths"` (tree paths).
 
     Returns:
       A dict in flattening order, ready for `numpy.savez`, orbax, msgpack or a test.
@@ -143,11 +151,30 @@ def state_dict(state: OptState) -> dict[str, np.ndarray]:
     Example:
       >>> import gradtx, jax.numpy as jnp
       >>> state = gradtx.adam(1e-3).init({"w": jnp.zeros(3)})
-      >>> sorted(gradtx.state_dict(state))  # scale_by_adam's state, then the learning rate's
+      >>> list(gradtx.state_dict(state))  # scale_by_adam's state, then the learning rate's
+      ['adam/count', 'adam/mu/w', 'adam/nu/w', 'schedule/count']
+      >>> list(gradtx.state_dict(state, keys="paths"))
       ['0/count', '0/mu/w', '0/nu/w', '1/count']
     """
-    items, _ = _flatten("state_dict", state)
+    items = _keyed("state_dict", state, keys)[0]
     return {key: _to_host("state_dict", key, leaf) for key, leaf in items}
+
+
+_KEY_FORMS = ("short", "paths")
+
+
+def _keyed(who: str, state: OptState, keys: str) -> tuple[list[tuple[str, Any]], Any]:
+    """`_flatten`'s (key, leaf) pairs with the keys of form `keys` ("short" or "paths")."""
+    if keys not in _KEY_FORMS:
+        raise CheckpointError(
+            f"{who}: keys must be one of {_KEY_FORMS}, got {keys!r}"
+            + did_you_mean(str(keys), _KEY_FORMS)
+        )
+    items, treedef = _flatten(who, state)
+    if keys == "short":
+        names = short_keys(state, [key for key, _ in items])
+        items = [(name, leaf) for name, (_, leaf) in zip(names, items, strict=True)]
+    return items, treedef
 
 
 def load_state_dict(
@@ -165,20 +192,24 @@ def load_state_dict(
     Args:
       template_state: a state of the target structure, e.g. `tx.init(params)` of the
         (possibly re-configured) optimizer; hyperparameter values may differ from the saved one.
-      state_dict: path -> array (NumPy, jax, or anything `numpy.asarray` accepts).
+      state_dict: key -> array (NumPy, jax, or anything `numpy.asarray` accepts), keyed as
+        `state_dict` gives it: short keys or paths (`keys="paths"`, and dicts saved before
+        short keys existed).
       strict: if False, keys missing from `state_dict` keep the template's value and
         unexpected keys are ignored (shapes and dtypes are still checked).
 
     Returns:
       The new state.
     """
-    template, treedef = _flatten("load_state_dict", template_state)
     if not isinstance(state_dict, Mapping):
         raise CheckpointError(
             f"load_state_dict: state_dict must be a mapping from path to array, got "
             f"{type(state_dict).__name__}"
         )
     found = {str(k): _spec(v) for k, v in state_dict.items()}
+    # the dict's keys are short or paths: the form that names more of them (short on a tie)
+    forms = [_keyed("load_state_dict", template_state, form) for form in _KEY_FORMS]
+    template, treedef = max(forms, key=lambda f: len(found.keys() & {k for k, _ in f[0]}))
     _check_match("load_state_dict", "state dict", template, found, strict)
     leaves = [
         _restore("load_state_dict", key, leaf, state_dict[key]) if key in state_dict else leaf
@@ -191,8 +222,9 @@ def save(path: str | os.PathLike, state: OptState, *, fsync: bool = True) -> str
     """Write `state` to one file, atomically: a crash never leaves a corrupt checkpoint at `path`.
 
     The file has the safetensors layout (`safetensors.numpy.load_file` can read it; no pickle)
-    with the keys of `state_dict`, every dtype kept (bf16 included) and a 64-bit checksum per
-    tensor. It is written to a hidden temporary file in the same folder
+    with the keys of `state_dict(state, keys="paths")` (the tree paths, from which the file's
+    structure is rebuilt), every dtype kept (bf16 included) and a 64-bit checksum per tensor.
+    It is written to a hidden temporary file in the same folder
     (`.NAME.tmp-HOST-PID-RANDOM`), flushed to disk and renamed over `path`, so `path` holds
     either the previous checkpoint or the new one. Arrays are streamed one at a time: at most
     one extra leaf is held in host memory.

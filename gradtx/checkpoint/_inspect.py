@@ -15,7 +15,7 @@ from ..health import metrics, to_scalars
 from ..state._quantize import QuantizedArray
 from ..tree import path_str
 from ..tree._nonfinite import NonfiniteLocation
-from ._roles import roles
+from ._roles import roles, short_keys
 
 _COUNT_NAMES = ("count", "gradient_step")
 
@@ -23,9 +23,10 @@ _COUNT_NAMES = ("count", "gradient_step")
 @dataclass(frozen=True)
 class StateField:
     """One array of a state: its path, shape, dtype, size in bytes, for one-element arrays that
-    can be read on this host its value, and its role (the state class, field and parameter path
+    can be read on this host its value, its role (the state class, field and parameter path
     that `gradtx.migrate` matches on; `/codes` or `/scale` after it for an 8-bit buffer's
-    parts)."""
+    parts) and its key in `gradtx.state_dict` (`adam/mu/dense/kernel`; `path` is the tree path,
+    `0/mu/dense/kernel`, that `gradtx.tree` addresses)."""
 
     path: str
     shape: tuple[int, ...]
@@ -33,6 +34,7 @@ class StateField:
     nbytes: int
     value: float | int | bool | None = None
     role: str = ""  # what the value is: `ScaleByAdamState.mu[dense/kernel]` (see gradtx.migrate)
+    key: str = ""  # its short key: `adam/mu/dense/kernel` (see gradtx.state_dict)
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class StateSummary:
     Attributes:
       fields: every array of the state, in flattening order.
       step: the current step count: the outermost integer `count` field (None if there is none).
-      step_path: the path of that field.
+      step_path: the path of that field (its short key in the table).
       hyperparams: the current value of every injected hyperparameter (`inject_hyperparams`),
         keyed by the wrapper's path and the name, e.g. `"learning_rate"` at the top level or
         `"opt/learning_rate"` inside `named_chain(("opt", ...))`.
@@ -94,11 +96,11 @@ class StateSummary:
     def table(self, max_rows: int | None = None) -> str:
         """The summary as a text table (at most `max_rows` field rows; None for all)."""
         rows = [
-            (f.path, f.role, str(f.shape), f.dtype, f"{f.nbytes:,}", _fmt(f.value))
+            (f.key or f.path, f.role, str(f.shape), f.dtype, f"{f.nbytes:,}", _fmt(f.value))
             for f in self.fields
         ]
         shown = rows if max_rows is None else rows[:max_rows]
-        head = ("path", "role", "shape", "dtype", "bytes", "value")
+        head = ("key", "role", "shape", "dtype", "bytes", "value")
         widths = [max([len(h), *(len(r[i]) for r in shown)]) for i, h in enumerate(head)]
 
         def line(cells: tuple[str, ...]) -> str:
@@ -114,7 +116,8 @@ class StateSummary:
             out.append(f"... {len(rows) - len(shown)} more fields (summary.table(None) shows all)")
         out.append(f"total: {len(rows)} arrays, {_human(self.total_bytes)}")
         if self.step is not None:
-            out.append(f"step: {self.step} (from {self.step_path!r})")
+            keys: dict[str | None, str | None] = {f.path: f.key or f.path for f in self.fields}
+            out.append(f"step: {self.step} (from {keys.get(self.step_path, self.step_path)!r})")
         for name, value in self.hyperparams.items():
             out.append(f"hyperparameter {name} = {value:.6g}")
         for name, value in self.metrics.items():
@@ -278,11 +281,15 @@ def inspect_state(state: OptState, tx: Any = None) -> StateSummary:
     # a location's `count` counts NaNs, not steps
     not_steps = {path_str((*kp, jtu.GetAttrKey("count"))) for kp, _ in locations}
     role_of = _role_names(state)
-    for key_path, leaf in jtu.tree_flatten_with_path(state)[0]:
-        path = path_str(key_path)
+    flat = [
+        (path_str(key_path), key_path, leaf)
+        for key_path, leaf in jtu.tree_flatten_with_path(state)[0]
+    ]
+    keys = short_keys(state, [path for path, _, _ in flat])
+    for (path, key_path, leaf), key in zip(flat, keys, strict=True):
         shape, dtype, nbytes = _layout(leaf)
         value = _scalar(leaf)
-        fields.append(StateField(path, shape, dtype, nbytes, value, role_of.get(path, "")))
+        fields.append(StateField(path, shape, dtype, nbytes, value, role_of.get(path, ""), key))
         last = path.rsplit("/", 1)[-1]
         if (
             last in _COUNT_NAMES

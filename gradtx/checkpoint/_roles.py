@@ -252,3 +252,54 @@ def skeleton(flat: Mapping[str, np.ndarray], structure: str, source: str) -> Any
 
 def _index(item: tuple[str, Any]) -> int:
     return int(item[0]) if item[0].isdigit() else -1
+
+
+# `multi_transform`'s field of labelled sub-states: its labels name them, the field adds nothing.
+_UNNAMED_LABELS = frozenset({"inner_states"})
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
+def short_kind(kind: str) -> str:
+    """A state class's name as a key part: `ScaleByAdamState` -> `adam`,
+    `InjectHyperparamsState` -> `inject_hyperparams`."""
+    name = kind.removesuffix("State") or kind
+    name = name.removeprefix("ScaleBy") or name
+    return _CAMEL.sub("_", name).lower()
+
+
+def short_keys(state: Any, paths: list[str]) -> list[str]:
+    """The short key of each of `paths` (the `state_dict(..., keys="paths")` keys of `state`,
+    in order): the state object's kind, its labels, its field and the parameter path
+    (`adam/mu/dense/kernel`, `inject_hyperparams/hyperparams/learning_rate`,
+    `a/adam/mu/dense/kernel` under `multi_transform` label `a`), nothing positional. Kinds that
+    occur more than once are numbered in flattening order (`adam.0`, `adam.1`). A value outside
+    any state object keeps its path; if two short keys would coincide, every key is its path."""
+    found = roles(state)
+    bases: dict[str, str] = {}  # instance path -> its name, in flattening order
+    for role in found:
+        if role.kind and role.instance not in bases:
+            labels = [label for label in role.labels if label not in _UNNAMED_LABELS]
+            kind = short_kind(role.kind)
+            bases[role.instance] = "/".join(labels if labels[-1:] == [kind] else [*labels, kind])
+    total: dict[str, int] = {}
+    for base in bases.values():
+        total[base] = total.get(base, 0) + 1
+    seen: dict[str, int] = {}
+    names: dict[str, str] = {}
+    for instance, base in bases.items():
+        if total[base] > 1:
+            names[instance] = f"{base}.{seen.get(base, 0)}"
+            seen[base] = seen.get(base, 0) + 1
+        else:
+            names[instance] = base
+    short: dict[str, str] = {}
+    for role in found:
+        key = role.key
+        if role.kind:
+            key = "/".join(part for part in (names[role.instance], role.field, role.param) if part)
+        if isinstance(role.value, QuantizedArray):
+            short[f"{role.key}/codes"], short[f"{role.key}/scale"] = f"{key}/codes", f"{key}/scale"
+        else:
+            short[role.key] = key
+    out = [short.get(path, path) for path in paths]
+    return out if len(set(out)) == len(out) else list(paths)
