@@ -142,7 +142,10 @@ def state_sharding(
     `k` — `(*batch, k, k)` (a Kronecker factor, an eigenbasis) or `(*batch, k, r)` (a low-rank
     projection), the batch axes leading as in the parameter — has its rows sharded like that axis
     and its columns replicated (where axes share a size, the i-th factor of that size follows the
-    i-th such axis); everything else (counters, hyperparameters, keys) is replicated. Mesh axes
+    i-th such axis); a blocked factor `(*batch, n_r, n_c, b, b)` of a parameter's last two axes
+    (Shampoo's, blocks of side `b`) has its block grid `(n_r, n_c)` sharded like those two axes
+    and each block replicated, so a device holds the factors of the blocks of its own shard;
+    everything else (counters, hyperparameters, keys) is replicated. Mesh axes
     that do not divide a dimension are left out.
 
     With `zero_axis` (ZeRO stage 1), every non-scalar leaf is also sharded over that mesh axis

@@ -7,7 +7,8 @@ parameter (SM3's per-dimension accumulators, Adafactor's row and column factors)
 that has the params' tree structure as a prefix, pairs every parameter with the state leaves under
 it. A paired leaf takes its parameter's `PartitionSpec` when the shapes agree, and a spec fitted
 to its shape otherwise (a leading history axis, a factored axis of size 1 or removed, a matrix
-optimizer's factor or projection of one axis: rows like that axis); every other leaf is
+optimizer's factor or projection of one axis: rows like that axis; Shampoo's blocked factors:
+the block grid like the parameter's last two axes); every other leaf is
 replicated. Entries whose axis size does not divide the dimension are dropped (replicated),
 so every derived sharding is valid for `jax.device_put` and `jit`.
 
@@ -87,6 +88,13 @@ def _fit(
         for d in reversed(range(pd)):
             if shape == pshape[:d] + pshape[d + 1 :]:
                 return pspec[:d] + pspec[d + 1 :], f"like its parameter without axis {d}"
+    blocked = _block_grid(pshape, shape, ordinal)
+    if blocked is not None:
+        return (
+            [*pspec[: pd - 2], pspec[pd - 2], pspec[pd - 1], None, None],
+            f"blocked factor of its parameter's axis {blocked} ({shape[-1]}-blocks): the block "
+            "grid like the parameter's last two axes, the blocks replicated",
+        )
     factor = _factor_dim(pshape, shape, ordinal)
     if factor is not None:
         nb, d = factor
@@ -96,6 +104,26 @@ def _fit(
             f"{kind} of its parameter's axis {d}: rows like that axis, columns replicated",
         )
     return [None] * nd, "shape unrelated to its parameter: replicated"
+
+
+def _block_grid(pshape: tuple[int, ...], shape: tuple[int, ...], ordinal: int) -> int | None:
+    """The parameter axis that `shape` preconditions when it is a blocked Kronecker factor of the
+    parameter's last two axes (Shampoo's): `(*batch, n_r, n_c, b, b)` with `n_r = ceil(rows / b_r)`
+    and `n_c = ceil(cols / b_c)`, `b` the side of the rows' blocks (`L`) or of the columns'
+    (`R`); the batch axes are the parameter's leading ones. When both axes fit (equal block
+    sides), the `ordinal`-th factor of that shape takes the `ordinal`-th axis (`L`, then `R`)."""
+    pd = len(pshape)
+    if pd < 2 or len(shape) != pd + 2 or shape[: pd - 2] != pshape[: pd - 2]:
+        return None
+    (rows, cols), (n_r, n_c, b, b2) = pshape[-2:], shape[-4:]
+    if b != b2 or not (1 <= n_r <= rows and 1 <= n_c <= cols):
+        return None
+    axes = [
+        axis
+        for axis, size, n in ((pd - 2, rows, n_r), (pd - 1, cols, n_c))
+        if 1 <= b <= size and n == -(-size // b)
+    ]
+    return axes[ordinal % len(axes)] if axes else None
 
 
 def _factor_dim(

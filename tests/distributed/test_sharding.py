@@ -142,6 +142,57 @@ def test_matrix_factors_follow_the_axis_they_precondition():
     assert "unrelated" in rows["w/unrelated"].note
 
 
+def test_shampoo_blocked_factors_follow_the_block_grid_and_need_no_collectives():
+    # Shampoo's factors (*batch, n_r, n_c, b, b): the block grid sharded like the parameter's
+    # two matrix axes, each block replicated. With 4-row shards and 4-blocks every device holds
+    # the factors of its own blocks: the sharded step moves nothing (replicated factors: 8
+    # all-gathers) and equals the unsharded one.
+    mesh = mesh_4x2()
+    psh = {"w": NamedSharding(mesh, P("data", "model")), "b": NamedSharding(mesh, P("model"))}
+    params = {"w": jnp.linspace(-1.0, 1.0, 16 * 8).reshape(16, 8), "b": jnp.ones(8)}
+    tx = gradtx.contrib.shampoo(
+        1e-2, block_size=4, start_preconditioning_step=1, precondition_frequency=2
+    )
+    p = jax.device_put(params, psh)
+    rows = {r.path: r for r in gradtx.explain_state_sharding(tx, p)}
+    for name in ("factors/w/0", "factors/w/1", "roots/w/0", "roots/w/1"):
+        row = rows[f"0/{name}"]
+        assert row.shape == (4, 2, 4, 4) and row.spec == P("data", "model"), row
+    assert "blocked factor of its parameter's axis 0" in rows["0/factors/w/0"].note
+    assert "blocked factor of its parameter's axis 1" in rows["0/factors/w/1"].note
+    # a stacked leaf's batch axis leads (here L and R have one shape: L first, then R)
+    stack = {
+        "w": jax.ShapeDtypeStruct(
+            (2, 16, 8), jnp.float32, sharding=NamedSharding(mesh, P("model", "data", None))
+        )
+    }
+    dims = {"w": gradtx.contrib.ShampooDimensionNumbers(reduction_axis=1, output_axis=2)}
+    stacked = gradtx.contrib.shampoo(1e-2, block_size=4, weight_dimension_numbers=dims)
+    got = specs_of(gradtx.state_sharding(stacked, stack))
+    assert got[0].factors["w"] == (("model", "data"), ("model", "data"))
+    assert jax.eval_shape(stacked.init, stack)[0].factors["w"][1].shape == (2, 4, 2, 4, 4)
+    notes = [r.note for r in gradtx.explain_state_sharding(stacked, stack) if "/factors/" in r.path]
+    assert ["axis 1 (" in notes[0], "axis 2 (" in notes[1]] == [True, True], notes
+    assert sum(compiled_update(tx, p, None, psh).values()) == 0
+
+    ssh = gradtx.state_sharding(tx, p)
+
+    def step(p, s, g):
+        u, s = tx.update(g, s, p)
+        return gradtx.apply_updates(p, u), s
+
+    sharded, plain = jax.jit(step, out_shardings=(psh, ssh)), jax.jit(step)
+    s, ref_p, ref_s = jax.device_put(tx.init(p), ssh), params, tx.init(params)
+    rng = np.random.default_rng(0)
+    for _ in range(4):  # refreshes the roots at steps 2 and 4
+        g = random_like(params, rng)
+        p, s = sharded(p, s, jax.device_put(g, psh))
+        ref_p, ref_s = plain(ref_p, ref_s, g)
+    assert s[0].factors["w"][0].sharding.spec == P("data", "model")
+    assert_trees_close(p, ref_p, atol=1e-6, rtol=1e-6)
+    assert_trees_close(s, ref_s, atol=1e-6, rtol=1e-6)
+
+
 def test_init_from_sharded_shape_dtype_structs_builds_the_state_in_place():
     mesh = mesh_4x2()
     psh = param_shardings(mesh)
