@@ -15,6 +15,7 @@ from .._base._checks import (
     check_int,
     check_non_negative,
 )
+from .._base._explicit import auto_partitioned
 from .._base._numerics import key_data, safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
@@ -292,7 +293,7 @@ def scale_by_dion(
             q=treedef.unflatten(new_q),
         )
 
-    return GradientTransformation(init, update)
+    return GradientTransformation(init, auto_partitioned(update))
 
 
 # --------------------------------------------------------------------------------------------

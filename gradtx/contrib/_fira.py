@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._base._checks import alias_errors, check_in_range, check_int, check_non_negative
+from .._base._explicit import auto_partitioned
 from .._base._numerics import abs_sq, bias_correction, cond, safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, MaskOrFn, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
@@ -174,7 +175,7 @@ def scale_by_fira(
         cols = [treedef.unflatten([o[k] for o in outs]) for k in range(5)]
         return cols[0], ScaleByFiraState(count, *cols[1:])
 
-    return GradientTransformation(init, update)
+    return GradientTransformation(init, auto_partitioned(update))
 
 
 @alias_errors(renamed={"weight_decay: rate": "weight_decay"})

@@ -18,6 +18,7 @@ from .._base._checks import (
     check_one_of,
     check_positive,
 )
+from .._base._explicit import auto_partitioned
 from .._base._numerics import (
     bias_correction,
     cond,
@@ -517,7 +518,7 @@ def scale_by_kron(
             qs=treedef.unflatten([tuple(q) for q in qs]),
         )
 
-    return GradientTransformation(init, update)
+    return GradientTransformation(init, auto_partitioned(update))
 
 
 def _rank_at_least_2(params: Params) -> Any:

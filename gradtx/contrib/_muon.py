@@ -17,6 +17,7 @@ from .._base._checks import (
     check_non_negative,
     check_one_of,
 )
+from .._base._explicit import auto_partitioned
 from .._base._numerics import bias_correction, safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
@@ -270,7 +271,7 @@ def scale_by_muon(
             new_mu.append(store(m32, m))
         return treedef.unflatten(new_updates), MuonState(count=count, mu=treedef.unflatten(new_mu))
 
-    return GradientTransformation(init, update)
+    return GradientTransformation(init, auto_partitioned(update))
 
 
 def scale_by_shape(

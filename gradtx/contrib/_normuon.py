@@ -14,6 +14,7 @@ from .._base._checks import (
     check_non_negative,
     check_one_of,
 )
+from .._base._explicit import auto_partitioned
 from .._base._numerics import safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain, identity
@@ -253,7 +254,7 @@ def scale_by_normuon(
             nu=treedef.unflatten(new_nu),
         )
 
-    return GradientTransformation(init, update)
+    return GradientTransformation(init, auto_partitioned(update))
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from .._base._checks import (
     check_one_of,
     concrete,
 )
+from .._base._explicit import auto_partitioned
 from .._base._numerics import safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
@@ -230,7 +231,7 @@ def scale_by_scion(
             count=safe_increment(state.count), mu=treedef.unflatten(new_mu)
         )
 
-    return GradientTransformation(init, update)
+    return GradientTransformation(init, auto_partitioned(update))
 
 
 # --------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from .._base._checks import (
     check_one_of,
     concrete,
 )
+from .._base._explicit import auto_partitioned
 from .._base._numerics import bias_correction, cond, safe_increment, zero_count
 from .._base._typing import ArrayLike, MaskOrFn, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
@@ -412,7 +413,7 @@ def scale_by_shampoo(
             roots=treedef.unflatten(roots),
         )
 
-    return GradientTransformation(init, update)
+    return GradientTransformation(init, auto_partitioned(update))
 
 
 @alias_errors(renamed={"weight_decay: rate": "weight_decay"})

@@ -16,6 +16,7 @@ from .._base._checks import (
     check_int,
     check_non_negative,
 )
+from .._base._explicit import auto_partitioned
 from .._base._numerics import bias_correction, safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
@@ -409,7 +410,7 @@ def scale_by_soap(
             bases=treedef.unflatten(new_bases),
         )
 
-    return GradientTransformation(init, update)
+    return GradientTransformation(init, auto_partitioned(update))
 
 
 # --------------------------------------------------------------------------------------------

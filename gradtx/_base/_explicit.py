@@ -1,0 +1,51 @@
+"""Matrix optimizers under JAX's explicit sharding (internal).
+
+With a mesh of `AxisType.Explicit` axes (the default of `jax.make_mesh` in recent JAX), every
+operation must know its output sharding at trace time: a matmul whose contracting dimension is
+sharded, a reshape that splits a sharded axis, `qr` / `svd` / `eigh` of a sharded matrix and
+`lax.cond` branches whose outputs are sharded differently are errors there, not collectives.
+The matrix optimizers (Muon, SOAP, Shampoo, Kron, ...) do all of these. `auto_partitioned` runs
+such an update with the mesh's explicit axes switched to auto (`jax.sharding.auto_axes`), so XLA
+partitions it as it does under `AxisType.Auto`, and gives the updates and the state back with
+the shardings they came in with. Without explicit axes it calls the update unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+from jax.sharding import AxisType, PartitionSpec
+
+_auto_axes: Callable | None = getattr(jax.sharding, "auto_axes", None)
+
+
+def _explicit_spec(x: Any) -> Any:
+    """The `PartitionSpec` of `x` when it is sharded over explicit mesh axes, else None."""
+    typeof = getattr(jax, "typeof", None)
+    if typeof is None or not hasattr(x, "shape"):
+        return None
+    sharding: Any = getattr(typeof(x), "sharding", None)
+    mesh = getattr(sharding, "mesh", None)
+    if AxisType.Explicit not in tuple(getattr(mesh, "axis_types", ()) or ()):
+        return None
+    return getattr(sharding, "spec", None)
+
+
+def auto_partitioned(update: Callable) -> Callable:
+    """`update(updates, state, params=None, **extra_args)`, run with explicit mesh axes switched
+    to auto when its inputs are sharded over explicit axes; outputs keep the inputs' specs."""
+
+    @functools.wraps(update)
+    def run(updates, state, params=None, **extra_args):
+        leaves = jax.tree.leaves((updates, state, params))
+        if _auto_axes is None or all(_explicit_spec(x) is None for x in leaves):
+            return update(updates, state, params, **extra_args)
+        # what comes out is sharded as it came in (a leaf on no explicit axes: replicated)
+        out = jax.tree.map(lambda x: _explicit_spec(x) or PartitionSpec(), (updates, state))
+        inner = functools.partial(update, **extra_args)
+        return _auto_axes(inner, out_sharding=out)(updates, state, params)
+
+    return run
