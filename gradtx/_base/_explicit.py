@@ -8,6 +8,8 @@ The matrix optimizers (Muon, SOAP, Shampoo, Kron, ...) do all of these. `auto_pa
 such an update with the mesh's explicit axes switched to auto (`jax.sharding.auto_axes`), so XLA
 partitions it as it does under `AxisType.Auto`, and gives the updates and the state back with
 the shardings they came in with. Without explicit axes it calls the update unchanged.
+Inner products of sharded trees (`gradtx.tree.vdot`) use an element-wise product and a sum
+there (`jnp.vdot` ravels, which splits a sharded axis), `jnp.vdot` elsewhere.
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ def _explicit_spec(x: Any) -> Any:
     return getattr(sharding, "spec", None)
 
 
+def on_explicit_axes(*xs: Any) -> bool:
+    """Whether any of `xs` is sharded over explicit mesh axes."""
+    return any(_explicit_spec(x) is not None for x in xs)
+
+
 def auto_partitioned(update: Callable) -> Callable:
     """`update(updates, state, params=None, **extra_args)`, run with explicit mesh axes switched
     to auto when its inputs are sharded over explicit axes; outputs keep the inputs' specs."""
@@ -41,7 +48,7 @@ def auto_partitioned(update: Callable) -> Callable:
     @functools.wraps(update)
     def run(updates, state, params=None, **extra_args):
         leaves = jax.tree.leaves((updates, state, params))
-        if _auto_axes is None or all(_explicit_spec(x) is None for x in leaves):
+        if _auto_axes is None or not on_explicit_axes(*leaves):
             return update(updates, state, params, **extra_args)
         # what comes out is sharded as it came in (a leaf on no explicit axes: replicated)
         out = jax.tree.map(lambda x: _explicit_spec(x) or PartitionSpec(), (updates, state))

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from .. import tree as gtree
 from .._base._checks import alias_errors, check_int
+from .._base._explicit import auto_partitioned
 from .._base._numerics import cond, safe_increment, widen, zero_count
 from .._base._typing import OptState, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
@@ -212,7 +213,7 @@ def scale_by_galore(
         )
         return jax.tree.unflatten(treedef, full), new_state
 
-    return GradientTransformation(init, update)
+    return GradientTransformation(init, auto_partitioned(update))
 
 
 @alias_errors(renamed={"weight_decay: rate": "weight_decay"})

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_bool, check_int
+from .._base._explicit import auto_partitioned
 from .._base._numerics import safe_increment, wide_float, widen, zero_count
 from .._base._typing import Params, PyTree, Updates
 from ..core._transformation import GradientTransformation, require_params
@@ -189,7 +190,7 @@ def scale_by_lbfgs(
         assert_same_structure("scale_by_lbfgs", updates=updates, params=params)
         return _lbfgs_step(updates, state, params, scale_init_precond=scale_init_precond)
 
-    return GradientTransformation(init, update)
+    return GradientTransformation(init, auto_partitioned(update))
 
 
 __all__ = ["ScaleByLBFGSState", "scale_by_lbfgs"]

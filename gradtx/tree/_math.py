@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax import tree_util as jtu
 
+from .._base._explicit import on_explicit_axes
 from .._base._numerics import abs_sq, wide_float
 from .._base._numerics import bias_correction as _bias_correction
 from .._base._typing import ArrayLike, PyTree
@@ -306,8 +307,16 @@ def vdot(tree_x: PyTree, tree_y: PyTree) -> jax.Array:
     total = jnp.zeros([], acc)
     for x, y in zip(xs, ys, strict=True):
         wide = jnp.promote_types(jnp.promote_types(x.dtype, y.dtype), acc)
-        total = total + jnp.vdot(x.astype(wide), y.astype(wide)).astype(acc)
+        total = total + _leaf_vdot(x.astype(wide), y.astype(wide)).astype(acc)
     return total
+
+
+def _leaf_vdot(x: jax.Array, y: jax.Array) -> jax.Array:
+    """`jnp.vdot(x, y)`; on explicit mesh axes, where raveling a sharded array is an error, the
+    sum of the element-wise product."""
+    if on_explicit_axes(x, y):
+        return jnp.sum(jnp.conj(x) * y)
+    return jnp.vdot(x, y)
 
 
 def real_vdot(tree_x: PyTree, tree_y: PyTree) -> jax.Array:
@@ -326,7 +335,7 @@ def real_vdot(tree_x: PyTree, tree_y: PyTree) -> jax.Array:
     total = jnp.zeros([], acc)
     for x, y in zip(xs, ys, strict=True):
         wide = jnp.promote_types(jnp.promote_types(x.dtype, y.dtype), acc)
-        total = total + jnp.vdot(x.astype(wide), y.astype(wide)).real.astype(acc)
+        total = total + _leaf_vdot(x.astype(wide), y.astype(wide)).real.astype(acc)
     return total
 
 

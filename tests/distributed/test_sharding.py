@@ -204,17 +204,23 @@ def _explicit_matrix_cases() -> dict:
         "dion": c.dion(1e-2, rank=2),
         "scion": c.scion(1e-2),
         "fira": c.fira(1e-2, rank=2, update_proj_gap=1),
+        "galore": c.galore(1e-2, rank=2, update_proj_gap=1),
+        # inner products of trees (jnp.vdot ravels: a reshape of a sharded axis)
+        "prodigy": c.prodigy(1.0),
+        "momo": c.momo(1e-2),
+        "lbfgs": gradtx.lbfgs(),
     }
 
 
 @pytest.mark.skipif(
     not hasattr(jax.sharding, "auto_axes"), reason="explicit sharding needs jax.sharding.auto_axes"
 )
-def test_matrix_optimizers_run_on_explicit_mesh_axes():
+def test_matrix_and_inner_product_optimizers_run_on_explicit_mesh_axes():
     # jax.make_mesh's default axes are explicit: a sharded contraction, reshape, qr / svd / eigh
-    # or cond is a trace-time error there. The matrix optimizers run their update with the axes
-    # switched to auto and hand back updates and state sharded as they came in; the result
-    # equals the unsharded run. (All eight in one program: one compilation.)
+    # or cond is a trace-time error there. The matrix optimizers (and L-BFGS) run their update
+    # with the axes switched to auto and hand back updates and state sharded as they came in;
+    # inner products of trees avoid jnp.vdot's ravel; the result equals the unsharded run. (All
+    # in one program: one compilation.)
     mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
     psh = {"w": NamedSharding(mesh, P("data", "model")), "b": NamedSharding(mesh, P("model"))}
     params = {"w": jnp.linspace(-1.0, 1.0, 16 * 8).reshape(16, 8), "b": jnp.ones(8)}
@@ -222,12 +228,15 @@ def test_matrix_optimizers_run_on_explicit_mesh_axes():
     rng = np.random.default_rng(3)
     grads = [random_like(params, rng) for _ in range(2)]
 
+    def loss(q):
+        return sum(jnp.sum(x * x) for x in jax.tree.leaves(q))
+
     def run(p, gs):
         out = {}
         for name, tx in cases.items():
             q, s = p, tx.init(p)
             for g in gs:
-                u, s = tx.update(g, s, q)
+                u, s = tx.update(g, s, q, value=loss(q), grad=g, value_fn=loss)
                 q = gradtx.apply_updates(q, u)
             out[name] = (q, s)
         return out
