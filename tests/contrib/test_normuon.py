@@ -284,11 +284,13 @@ def test_batch_axes_equal_per_slice_runs():
     state, updates = _updates(scale_by_normuon(weight_dimension_numbers=dims), stacked)
     assert state.nu["w"].shape == (3, 6) and state.nu["t"].shape == (3, 10)
     assert state.mu["t"].shape == (2, 3, 2, 10)
+    # float32 noise only: the batched and per-slice Newton-Schulz products round differently
+    # (by the CPU's vector width: 5e-6 on AVX2 at updates of ~0.3); a wrong slice is off by O(1)
     for i in range(3):
         s_i, u_i = _updates(DEFAULT, {"w": w[i], "t": t[i].reshape(STEPS, 4, 10)})
-        np.testing.assert_allclose(updates["w"][:, i], u_i["w"], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(updates["w"][:, i], u_i["w"], rtol=1e-5, atol=2e-5)
         np.testing.assert_allclose(updates["t"][:, :, i].reshape(STEPS, 4, 10), u_i["t"],
-                                   rtol=1e-5, atol=1e-6)  # fmt: skip
+                                   rtol=1e-5, atol=2e-5)  # fmt: skip
         for k in MATRICES:
             np.testing.assert_allclose(state.nu[k][i], s_i.nu[k], rtol=1e-5, atol=1e-9)
 

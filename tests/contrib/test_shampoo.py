@@ -332,7 +332,9 @@ def test_blocks_and_batch_axes_equal_separate_preconditioning():
     pieces.update({f"s{i}": stacked[:, :, i, :] for i in range(2)})
     pieces["conv"] = conv.reshape(STEPS, 4, 3)
     _, ref = _updates(_static("adam", 4, 2, 3), pieces)
-    close = functools.partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-7)
+    # float32 noise of the blocked and separate eigendecompositions (5e-7 on AVX2 at updates of
+    # ~0.02; the CPU's vector width sets the rounding); a wrong block is off by O(1)
+    close = functools.partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-6)
     for i, (r0, r1) in enumerate(rows):
         for j, (c0, c1) in enumerate(cols):
             close(got["w"][:, r0:r1, c0:c1], ref[f"w{i}{j}"])
