@@ -40,8 +40,9 @@ def _optax_dims(p):
 # cases, beyond rtol 1e-5): Muon's Newton-Schulz matmuls round with the fusion (6.8e-7). Jitted
 # runs also allow twice the reference's own float32 noise against its float64 run
 # (`float64_noise`): with jax 0.12 on CPU that noise is 5-7x larger (up to ~1e-5 here), equally
-# for both libraries, as the fused matmuls round differently.
-_MUON_ATOL = 1e-6
+# for both libraries, as the fused matmuls round differently. On an AVX2-only CPU jax 0.12's
+# eager run is off by 1.25e-6 at step 3 (the vector width sets the rounding): 2e-6.
+_MUON_ATOL = 2e-6
 
 # One set of keyword arguments for ours and Optax's (the same schedule objects in both).
 _SCHATTEN_RMS_DECAY = dict(
