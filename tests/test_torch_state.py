@@ -179,9 +179,16 @@ def test_round_trip_is_exact(name, make_torch, make_tx):
     back, _ = from_torch_state_dict(
         opt.state_dict(), tx, start, names=names, transpose=True, step=step
     )
-    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(back), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-        assert np.asarray(a).dtype == np.asarray(b).dtype
+    leaves = jax.tree_util.tree_leaves_with_path(state)
+    for (path, a), b in zip(leaves, jax.tree.leaves(back), strict=True):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.dtype == b.dtype
+        if name.startswith("rmsprop") and "trace" in jax.tree_util.keystr(path):
+            # RMSprop's buffer is gradtx's trace / -lr, rescaled in float32: for an lr that is
+            # not a power of two no float32 map is one-to-one, so an entry may move by one ulp
+            np.testing.assert_array_max_ulp(a, b, maxulp=1)
+        else:
+            np.testing.assert_array_equal(a, b)
 
 
 def test_names_as_dict_callable_and_param_names():

@@ -38,8 +38,10 @@ How the update rules compare (what to pass to gradtx so the continuation is torc
   (:math:`g / (\sqrt{v - \bar g^2} + \epsilon)`): `gradtx.rmsprop(lr, decay=alpha, eps=eps,
   eps_in_sqrt=False, centered=..., momentum=...)`. With momentum torch keeps
   :math:`b \leftarrow \mu b + g/\sqrt{\cdot}` and steps by :math:`-\eta b`; gradtx's trace
-  follows the learning rate, :math:`m = -\eta b`; converted with the group's `lr` (exact for a
-  constant learning rate).
+  follows the learning rate, :math:`m = -\eta b`; converted with the group's `lr` (the same
+  trajectory for a constant learning rate). This one conversion is a float32 multiply or divide
+  by :math:`\eta`, so unless :math:`\eta` is a power of two a round trip may move an entry of
+  the buffer by one ulp; every other entry converts bit for bit.
 - `Adagrad(lr, eps, initial_accumulator_value)`: torch adds `eps` outside the square root:
   `gradtx.adagrad(lr, initial_accumulator_value=..., eps=eps, eps_in_sqrt=False)`
   (`initial_accumulator_value` matters only for a fresh start; the sum is carried). torch's
