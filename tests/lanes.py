@@ -7,10 +7,10 @@
   mostly wait on the processes they start.
 
 - oldest / newest (the version lanes, with `--python oldest=PATH newest=PATH`): a representative
-  subset (`VERSION_SUBSET`: every alias and contrib optimizer against its reference, checkpoints,
-  sharding on 8 host devices, configs, the demo at a few steps) run by another interpreter: the
-  oldest supported set (Python 3.10, constraints-oldest.txt) and what pip resolves today with no
-  pins (Python 3.12). Their pytest header prints the versions. `make test` builds both venvs.
+  subset (`VERSION_SUBSET` narrowed by `VERSION_KEYWORDS`: every alias and contrib optimizer
+  against its reference, compiled; checkpoints, sharding on 8 host devices, configs, the demo at
+  a few steps) run by another interpreter: the oldest supported set (Python 3.10,
+  constraints-oldest.txt) and what pip resolves today with no pins (Python 3.12). Their pytest header prints the versions. `make test` builds both venvs.
 
 Usage: `python -m tests.lanes [--workers N] [--lane LANE] [--python LANE=PATH] [pytest args...]`;
 the pytest arguments (e.g. `-k adam`, `-x`) go to every lane. Each lane's output streams with its
@@ -46,6 +46,16 @@ VERSION_SUBSET = (
     "tests/config",
     "tests/test_demo.py::test_demo_runs_a_subset_from_another_config",
 )
+# Within the optimizer modules the version lanes run the reference checks, compiled: a test
+# whose name says what it is compared with (Optax, torch, a NumPy or paper rule; 8-bit and bf16
+# states following float32), not its eager twin. The version-sensitive files run whole. The
+# main lane runs everything on the main venv. tests/test_lanes.py checks that every optimizer
+# module keeps a check here.
+VERSION_KEYWORDS = (
+    "(optax or pytorch or torch or reference or rule or paper or psgd or numpy or published "
+    "or against or matches or follow) and not eager "
+    "or test_checkpoint or test_migrate or test_sharding or config or test_demo or schedules"
+)
 # Known version-specific deviations, each measured: on jax 0.6.2 MoMo's adaptive step with a
 # schedule and weight decay ends 1.07e-6 from its float64 run at step 97 of 100 (the floor of the
 # check is 1e-6 + 1e-5 relative; 1.0e-7 on jax 0.10 and 0.12), from XLA 0.6's float32 codegen.
@@ -62,7 +72,11 @@ def lane_command(
 ) -> list[str]:
     if lane in VERSION_LANES:
         deselect = [f"--deselect={t}" for t in VERSION_DESELECT[lane]]
-        return [python, "-m", "pytest", *VERSION_SUBSET, "-p", "no:xdist", *deselect, *extra]
+        keywords, extra = _merge_keywords(VERSION_KEYWORDS, extra)
+        return [
+            python, "-m", "pytest", *VERSION_SUBSET, "-p", "no:xdist", *deselect,
+            "-k", keywords, *extra,
+        ]  # fmt: skip
     base = [python, "-m", "pytest", "tests"]
     if lane == "main":
         parallel = (
@@ -70,6 +84,21 @@ def lane_command(
         )
         return [*base, *parallel, "-m", "not subprocess", *extra]
     return [*base, "-p", "no:xdist", "-m", "subprocess", *extra]
+
+
+def _merge_keywords(keywords: str, extra: list[str]) -> tuple[str, list[str]]:
+    """`keywords` and any `-k EXPR` / `-kEXPR` / `-k=EXPR` of `extra` as one expression (pytest
+    keeps only the last -k), and `extra` without them."""
+    rest, given = [], []
+    items = iter(extra)
+    for item in items:
+        if item == "-k":
+            given.append(next(items, ""))
+        elif item.startswith("-k"):
+            given.append(item[2:].removeprefix("="))
+        else:
+            rest.append(item)
+    return " and ".join(f"({k})" for k in (keywords, *given) if k), rest
 
 
 def _pump(

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from .lanes import lane_command
 
 
@@ -41,9 +43,39 @@ def test_version_lanes_run_the_subset_with_their_own_interpreter():
     for deselected in (t for lane in VERSION_DESELECT.values() for t in lane):
         assert Path(ROOT / deselected.split("::")[0]).exists(), deselected
     # a version lane named without its interpreter is refused before anything runs
-    import pytest
-
     with pytest.raises(SystemExit):
         main(["--lane", "oldest"])
     with pytest.raises(SystemExit):
         main(["--python", "old=/x"])
+
+
+def test_a_version_lane_keeps_its_keywords_when_given_a_k_expression():
+    from .lanes import VERSION_KEYWORDS
+
+    for extra in (["-k", "adam", "-x"], ["-kadam", "-x"], ["-k=adam", "-x"]):
+        cmd = lane_command("newest", 2, extra)
+        assert cmd.count("-k") == 1 and cmd[-1] == "-x"
+        assert cmd[cmd.index("-k") + 1] == f"({VERSION_KEYWORDS}) and (adam)"
+
+
+@pytest.mark.subprocess
+def test_the_version_keywords_keep_a_reference_check_of_every_optimizer_module():
+    """A new optimizer module whose reference test the keywords miss shows up here."""
+    import subprocess
+
+    from .lanes import ROOT, VERSION_KEYWORDS, VERSION_SUBSET
+
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist",
+         *VERSION_SUBSET, "-k", VERSION_KEYWORDS],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=True,
+    ).stdout  # fmt: skip
+    kept = {line.split("::")[0] for line in out.splitlines() if "::" in line}
+    modules = {
+        str(p.relative_to(ROOT))
+        for d in ("optimizers", "contrib", "schedules")
+        for p in (ROOT / "tests" / d).glob("test_*.py")
+    }
+    # no reference to compare with: construction errors, and losses next to Adam's
+    exempt = {"tests/optimizers/test_alias_errors.py", "tests/optimizers/test_convergence_real.py"}
+    assert modules - exempt <= kept, sorted(modules - exempt - kept)
