@@ -10,7 +10,8 @@
   subset (`VERSION_SUBSET` narrowed by `VERSION_KEYWORDS`: every alias and contrib optimizer
   against its reference, compiled; checkpoints, sharding on 8 host devices, configs, the demo at
   a few steps) run by another interpreter: the oldest supported set (Python 3.10,
-  constraints-oldest.txt) and what pip resolves today with no pins (Python 3.12). Their pytest header prints the versions. `make test` builds both venvs.
+  constraints-oldest.txt) and what pip resolves today with no pins (Python 3.12). Their pytest
+  header prints the versions. `make test` builds both venvs.
 
 Usage: `python -m tests.lanes [--workers N] [--lane LANE] [--python LANE=PATH] [pytest args...]`;
 the pytest arguments (e.g. `-k adam`, `-x`) go to every lane. Each lane's output streams with its
