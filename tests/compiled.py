@@ -9,9 +9,11 @@ on first use and cached for the session (xdist keeps a case's tests on one worke
   run), on the canonical tree `mixed_params()`, run for `STEPS` steps; every step's params and
   state are kept (host copies). Resume, no-retrace, injection and finiteness checks read it.
 - `injected(case)`: the same steps with `inject_hyperparams(factory)(**kwargs)`.
-- `numerics(case)`: the case's quadratic and Rosenbrock problems and its bf16 / f16 steps, in one
-  program (one program per case compiles faster than one for the whole table, with XLA's
-  optimizations on).
+- `numerics(case)`: the case's quadratic, run by the trajectory's own compiled step (the same
+  optimizer on a tree of the same shapes, so nothing recompiles; the loss and its gradient are one
+  program shared by the table), then its Rosenbrock problem and bf16 / f16 steps in one program
+  (one program per case compiles faster than one for the whole table, with XLA's optimizations
+  on).
 
 Checks that need no numbers (state layout, scan stability, extra arguments, `jit_step` against
 the plain step) trace (`jax.eval_shape`, `jax.make_jaxpr`, `.lower`) and compile nothing. A new
@@ -145,6 +147,34 @@ def quadratic_problem() -> tuple[Any, Any]:
     return params, loss
 
 
+@functools.cache
+def _quadratic_value_and_grad() -> tuple[Any, Any]:
+    """The quadratic's params (host copies) and its loss and gradient, jitted: one program for
+    the whole table (`compile_counter.TABLE_WIDE`)."""
+    params, loss = quadratic_problem()
+
+    def table_wide_quadratic(p: Any) -> tuple[jax.Array, Any]:  # named for the compile counter
+        return jax.value_and_grad(loss)(p)
+
+    return host(params), jax.jit(table_wide_quadratic)
+
+
+def _quadratic_by_the_trajectory_step(case: OptCase) -> tuple[float, float]:
+    """The quadratic's initial and final loss after `quadratic_steps` steps of the trajectory's
+    compiled `jit_step`, `value=` the loss each step (a host float32, as in the trajectory, so the
+    step's cache is hit)."""
+    params0, value_and_grad = _quadratic_value_and_grad()
+    step = trajectory(case.name).step
+    p = device(params0)
+    s = case.make_quadratic().init(p)
+    value, grads = value_and_grad(p)
+    start = float(value)
+    for _ in range(case.quadratic_steps):
+        p, s = step(p, s, grads, value=np.float32(value))
+        value, grads = value_and_grad(p)
+    return start, float(value)
+
+
 def rosenbrock(p: Any) -> jax.Array:
     x, y = p["xy"][0], p["xy"][1]
     return (1.0 - x) ** 2 + 100.0 * (y - x**2) ** 2
@@ -196,10 +226,13 @@ def _dtype_run(tx: gradtx.GradientTransformation, dtype: Any) -> Any:
 
 @functools.cache
 def numerics(name: str) -> dict[str, Any]:
-    """One compiled program per case: the quadratic's initial and final loss, the Rosenbrock's
-    final loss (if the case runs it) and, for a low-precision case, the bf16 and f16 steps."""
+    """The quadratic's initial and final loss, then one compiled program per case: the
+    Rosenbrock's final loss (if the case runs it) and, for a low-precision case, the bf16 and f16
+    steps. A case whose quadratic has hyperparameters of its own (`quadratic_kwargs`) runs the
+    quadratic in that program too."""
     case = BY_NAME[name]
     qparams, qloss = quadratic_problem()
+    own_quadratic = bool(case.quadratic_kwargs)
     rparams = {"xy": jnp.array([-1.0, 1.0], jnp.float32)}
     dtypes: dict[str, DtypeRun] = {}
     if case.low_precision:
@@ -212,9 +245,11 @@ def numerics(name: str) -> dict[str, Any]:
 
     @jax.jit
     def go(qparams, rparams):
-        out: dict[str, Any] = {
-            "quadratic": _minimize(case.make_quadratic(), qloss, qparams, case.quadratic_steps)
-        }
+        out: dict[str, Any] = {}
+        if own_quadratic:
+            out["quadratic"] = _minimize(
+                case.make_quadratic(), qloss, qparams, case.quadratic_steps
+            )
         if case.rosenbrock_tol is not None:
             out["rosenbrock"] = _minimize(
                 case.make_rosenbrock(), rosenbrock, rparams, case.rosenbrock_steps
@@ -223,13 +258,16 @@ def numerics(name: str) -> dict[str, Any]:
             out[dtype] = _dtype_run(case.make(), jnp.dtype(dtype))
         return out
 
-    out = go(qparams, rparams)
+    out = go(qparams, rparams) if own_quadratic or case.rosenbrock_tol is not None or traced else {}
     for dtype in traced:
         updates, states, params = host(out.pop(dtype))
         split = lambda tree: [jax.tree.map(lambda x: x[i], tree) for i in range(DTYPE_STEPS)]
         init_state = host(case.make().init(mixed_params(dtype=jnp.dtype(dtype))))
         dtypes[dtype] = DtypeRun(init_state, split(updates), split(states), split(params))
     result: dict[str, Any] = {k: float(v) for k, v in out.items()}
-    result["quadratic_start"] = float(qloss(qparams))
+    if own_quadratic:
+        result["quadratic_start"] = float(qloss(qparams))
+    else:
+        result["quadratic_start"], result["quadratic"] = _quadratic_by_the_trajectory_step(case)
     result["dtypes"] = dtypes
     return result

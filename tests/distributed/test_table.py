@@ -3,8 +3,9 @@
 for every optimizer in the shared table, and the state keeps its derived shardings.
 
 The whole table is initialised by one jitted program and runs as one jitted step (two
-compilations: a per-case step compiles ~40% slower in total); each case's test then checks its own
-results against an eager, unsharded run.
+compilations: a per-case step compiles ~40% slower in total); the reference, the same table
+unsharded on one device, is two programs more (run eagerly, its ~1,000 operations compiled one by
+one cost more). Each case's test then checks its own results against the reference.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class Record(NamedTuple):
     states: list | None = None  # the state after init and after every update
     updates: list | None = None
     params: Any = None
+    reference: list | None = None  # unsharded: the updates of every step, then params and state
     error: BaseException | None = None
 
 
@@ -88,10 +90,24 @@ def table_run() -> dict[str, Record]:
         in_shardings=([psh] * len(ok), [d for _, _, d, _ in ok], psh),
         out_shardings=[(psh, d, psh) for _, _, d, _ in ok],
     )
-    ps = [p] * len(ok)
-    states = [s for _, _, _, s in ok]
+    ps, history, updates = _run(jitted, p, [s for _, _, _, s in ok])
+    assert jitted._cache_size() == 1  # the states came back in the shardings they went in with
+    # the reference: the same step function unsharded, on one device, jitted without shardings
+    p1 = jax.device_put(host_params(odd=False), jax.devices()[0])
+    ref_states = jax.jit(lambda p_: [tx.init(p_) for _, tx, _, _ in ok])(p1)
+    ref_ps, ref_history, ref_updates = _run(jax.jit(step), p1, ref_states)
+    for i, (name, _, derived, _) in enumerate(ok):
+        reference = [*ref_updates[i], ref_ps[i], ref_history[i][-1]]
+        records[name] = Record(derived, history[i], updates[i], ps[i], reference)
+    return records
+
+
+def _run(jitted: Any, p: Any, states: list) -> tuple[list, list[list], list[list]]:
+    """`STEPS` steps of the table's jitted step from `p`: per case the final params, the state
+    after init and after every step, and every step's updates."""
+    ps = [p] * len(states)
     history: list[list] = [[s] for s in states]
-    updates: list[list] = [[] for _ in ok]
+    updates: list[list] = [[] for _ in states]
     for g in grads_sequence():
         out = jitted(ps, states, g)
         ps = [o[0] for o in out]
@@ -99,10 +115,7 @@ def table_run() -> dict[str, Record]:
         for i, o in enumerate(out):
             history[i].append(o[1])
             updates[i].append(o[2])
-    assert jitted._cache_size() == 1  # the states came back in the shardings they went in with
-    for i, (name, _, derived, _) in enumerate(ok):
-        records[name] = Record(derived, history[i], updates[i], ps[i])
-    return records
+    return ps, history, updates
 
 
 def assert_shardings(state, expected, when: str) -> None:
@@ -123,20 +136,12 @@ def test_sharded_jit_equals_unsharded(case: OptCase):
     assert record.states is not None and record.updates is not None
     for i, state in enumerate(record.states):
         assert_shardings(state, record.derived, f"after update {i}" if i else "after init")
-    # the reference: eager, unsharded, on one device
-    tx = case.make()
-    p_ref = host_params(odd=False)
-    s_ref = tx.init(p_ref)
-    # XLA keeps bf16 / f16 intermediates in float32 inside a jitted fusion (excess precision),
-    # eager rounds after every op: a low-precision state differs by its rounding, not sharding.
-    low = any(x.dtype in (jnp.bfloat16, jnp.float16) for x in jax.tree.leaves(s_ref))
+    assert record.reference is not None
+    refs, sharded = record.reference, [*record.updates, record.params, record.states[-1]]
+    # XLA keeps bf16 / f16 intermediates in float32 inside a fusion (excess precision), and the
+    # sharded program fuses differently: a low-precision state differs by where it is rounded.
+    low = any(x.dtype in (jnp.bfloat16, jnp.float16) for x in jax.tree.leaves(refs[-1]))
     tol = 1e-2 if low else 1e-6
-    refs, sharded = [], [*record.updates, record.params, record.states[-1]]
-    for g in grads_sequence():
-        u_ref, s_ref = tx.update(g, s_ref, p_ref, value=VALUE)
-        p_ref = gradtx.apply_updates(p_ref, u_ref)
-        refs.append(u_ref)
-    refs += [p_ref, s_ref]
     names = [f"update {i + 1}" for i in range(len(record.updates))] + ["params", "state"]
     try:
         for name, got, want in zip(names, sharded, refs, strict=True):
