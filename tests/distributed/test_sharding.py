@@ -234,16 +234,20 @@ def test_matrix_and_inner_product_optimizers_run_on_explicit_mesh_axes():
     def run(p, gs):
         out = {}
         for name, tx in cases.items():
-            q, s = p, tx.init(p)
-            for g in gs:
+
+            def body(carry, g, tx=tx):  # a scan: the state's types (shardings too) must hold
+                q, s = carry
                 u, s = tx.update(g, s, q, value=loss(q), grad=g, value_fn=loss)
-                q = gradtx.apply_updates(q, u)
-            out[name] = (q, s)
+                return (gradtx.apply_updates(q, u), s), None
+
+            out[name] = jax.lax.scan(body, (p, tx.init(p)), gs)[0]
         return out
 
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *grads)
     with jax.set_mesh(mesh):
-        sharded = jax.jit(run)(jax.device_put(params, psh), jax.device_put(grads, [psh] * 2))
-    plain = jax.jit(run)(params, grads)
+        stacked_sh = {k: NamedSharding(mesh, P(None, *v.spec)) for k, v in psh.items()}
+        sharded = jax.jit(run)(jax.device_put(params, psh), jax.device_put(stacked, stacked_sh))
+    plain = jax.jit(run)(params, stacked)
     for name in cases:
         (q, s), (q_ref, s_ref) = sharded[name], plain[name]
         assert q["w"].sharding.spec == P("data", "model"), name
