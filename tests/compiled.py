@@ -166,7 +166,7 @@ def _quadratic_by_the_trajectory_step(case: OptCase) -> tuple[float, float]:
     params0, value_and_grad = _quadratic_value_and_grad()
     step = trajectory(case.name).step
     p = device(params0)
-    s = case.make_quadratic().init(p)
+    s = case.make().init(p)
     value, grads = value_and_grad(p)
     start = float(value)
     for _ in range(case.quadratic_steps):
@@ -228,11 +228,8 @@ def _dtype_run(tx: gradtx.GradientTransformation, dtype: Any) -> Any:
 def numerics(name: str) -> dict[str, Any]:
     """The quadratic's initial and final loss, then one compiled program per case: the
     Rosenbrock's final loss (if the case runs it) and, for a low-precision case, the bf16 and f16
-    steps. A case whose quadratic has hyperparameters of its own (`quadratic_kwargs`) runs the
-    quadratic in that program too."""
+    steps."""
     case = BY_NAME[name]
-    qparams, qloss = quadratic_problem()
-    own_quadratic = bool(case.quadratic_kwargs)
     rparams = {"xy": jnp.array([-1.0, 1.0], jnp.float32)}
     dtypes: dict[str, DtypeRun] = {}
     if case.low_precision:
@@ -244,12 +241,8 @@ def numerics(name: str) -> dict[str, Any]:
     traced = [d for d in (LOW_PRECISION if case.low_precision else ()) if d not in dtypes]
 
     @jax.jit
-    def go(qparams, rparams):
+    def go(rparams):
         out: dict[str, Any] = {}
-        if own_quadratic:
-            out["quadratic"] = _minimize(
-                case.make_quadratic(), qloss, qparams, case.quadratic_steps
-            )
         if case.rosenbrock_tol is not None:
             out["rosenbrock"] = _minimize(
                 case.make_rosenbrock(), rosenbrock, rparams, case.rosenbrock_steps
@@ -258,16 +251,13 @@ def numerics(name: str) -> dict[str, Any]:
             out[dtype] = _dtype_run(case.make(), jnp.dtype(dtype))
         return out
 
-    out = go(qparams, rparams) if own_quadratic or case.rosenbrock_tol is not None or traced else {}
+    out = go(rparams) if case.rosenbrock_tol is not None or traced else {}
     for dtype in traced:
         updates, states, params = host(out.pop(dtype))
         split = lambda tree: [jax.tree.map(lambda x: x[i], tree) for i in range(DTYPE_STEPS)]
         init_state = host(case.make().init(mixed_params(dtype=jnp.dtype(dtype))))
         dtypes[dtype] = DtypeRun(init_state, split(updates), split(states), split(params))
     result: dict[str, Any] = {k: float(v) for k, v in out.items()}
-    if own_quadratic:
-        result["quadratic_start"] = float(qloss(qparams))
-    else:
-        result["quadratic_start"], result["quadratic"] = _quadratic_by_the_trajectory_step(case)
+    result["quadratic_start"], result["quadratic"] = _quadratic_by_the_trajectory_step(case)
     result["dtypes"] = dtypes
     return result

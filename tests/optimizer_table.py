@@ -21,7 +21,8 @@ class OptCase:
       factory: the public factory (e.g. `gradtx.adam`); `factory(**kwargs)` is the optimizer.
         Wrapper tests reuse `factory` and `kwargs` (e.g. `inject_hyperparams(factory)(**kwargs)`).
       kwargs: hyperparameters for the generic tests.
-      quadratic_kwargs / rosenbrock_kwargs: overrides of `kwargs` for that convergence test.
+      rosenbrock_kwargs: overrides of `kwargs` for the Rosenbrock test (the quadratic runs `kwargs`
+        themselves, on the trajectory's compiled step: tests/compiled.py).
       quadratic_steps / quadratic_tol: the quadratic's loss must fall below
         `quadratic_tol * initial loss` within `quadratic_steps` steps.
       rosenbrock_steps / rosenbrock_tol: the Rosenbrock loss (4.0 at the start, (-1, 1)) must fall
@@ -37,7 +38,6 @@ class OptCase:
     name: str
     factory: Callable[..., gradtx.GradientTransformation]
     kwargs: dict[str, Any] = field(default_factory=dict)
-    quadratic_kwargs: dict[str, Any] = field(default_factory=dict)
     rosenbrock_kwargs: dict[str, Any] = field(default_factory=dict)
     quadratic_steps: int = 500
     quadratic_tol: float = 1e-2
@@ -49,9 +49,6 @@ class OptCase:
 
     def make(self) -> gradtx.GradientTransformation:
         return self.factory(**self.kwargs)
-
-    def make_quadratic(self) -> gradtx.GradientTransformation:
-        return self.factory(**{**self.kwargs, **self.quadratic_kwargs})
 
     def make_rosenbrock(self) -> gradtx.GradientTransformation:
         return self.factory(**{**self.kwargs, **self.rosenbrock_kwargs})
