@@ -9,6 +9,12 @@ called outside jit compiles `jit(add)` once per shape and dtype, cached for the 
 are counted, and the per-case numbers count programs only. Under xdist each worker sends its
 counts to the controller (`workeroutput`), which sums them. `GRADTX_COMPILE_REPORT=path.json`
 also writes the counts as JSON.
+
+Under `make pytest` the processes of a run share a persistent compilation cache (tests/lanes.py):
+a compilation another process of the run did already is loaded from it (JAX's event
+`/jax/compilation_cache/cache_hits`, just before the compile event). Such a load still counts as
+a compilation (the program was asked for again) and is also counted as `cached`; its seconds are
+the load's.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import jax
 import pytest
 
 _EVENT = "/jax/core/compile/backend_compile_duration"
+_CACHE_HIT = "/jax/compilation_cache/cache_hits"
 _COLLECTION = "(collection)"
 WHOLE_TABLE = "(whole table)"
 # A program the tier compiles once for the whole table (tests/compiled.py) is built by whichever
@@ -53,13 +60,23 @@ class CompileCounter:
         self.programs: Counter[str] = Counter()
         self.seconds: defaultdict[str, float] = defaultdict(float)
         self.cases: Counter[str] = Counter()
+        self.cached: Counter[str] = Counter()
+        self._loading = False  # a cache hit was reported; its compile event comes next
         if listen:  # tests/test_compile_counter.py feeds events by hand
             jax.monitoring.register_event_duration_secs_listener(self._on_event)
+            jax.monitoring.register_event_listener(self._on_plain_event)
+
+    def _on_plain_event(self, event: str, **_: Any) -> None:
+        if event == _CACHE_HIT:
+            self._loading = True
 
     def _on_event(self, event: str, duration: float, *, fun_name: str = "", **_: Any) -> None:
         if event != _EVENT:
             return
         self.files[self.current_file] += 1
+        if self._loading:
+            self.cached[self.current_file] += 1
+            self._loading = False
         self.seconds[self.current_file] += duration
         if is_eager_op(fun_name):
             return
@@ -74,6 +91,7 @@ class CompileCounter:
             "programs": dict(self.programs),
             "seconds": dict(self.seconds),
             "cases": dict(self.cases),
+            "cached": dict(self.cached),
         }
 
     def merge(self, data: dict[str, Any]) -> None:
@@ -82,6 +100,7 @@ class CompileCounter:
         for k, v in data["seconds"].items():
             self.seconds[k] += v
         self.cases.update(data["cases"])
+        self.cached.update(data.get("cached", {}))
 
 
 def _case_name(item: pytest.Item) -> str | None:
@@ -134,15 +153,21 @@ class CompileReportPlugin:
         tr.section("XLA compilations")
         programs = sum(c.programs.values())
         tr.write_line(
-            f"{total} compilations ({programs} programs, {total - programs} eager operations), "
+            f"{total} compilations ({programs} programs, {total - programs} eager operations; "
+            f"{sum(c.cached.values())} loaded from the run's compilation cache), "
             f"{sum(c.seconds.values()):.0f} s compiling in all"
         )
-        tr.write_line("per file (most first): compilations, programs, seconds compiling")
+        tr.write_line(
+            "per file (most first): compilations, programs, loaded from the cache, seconds"
+        )
         for name, n in c.files.most_common(25):
-            tr.write_line(f"  {n:6d} {c.programs[name]:6d} {c.seconds[name]:7.1f} s  {name}")
+            tr.write_line(
+                f"  {n:6d} {c.programs[name]:6d} {c.cached[name]:6d} {c.seconds[name]:7.1f} s  "
+                f"{name}"
+            )
         if len(c.files) > 25:
             rest = sum(n for _, n in c.files.most_common()[25:])
-            tr.write_line(f"  {rest:6d}                   ({len(c.files) - 25} more files)")
+            tr.write_line(f"  {rest:6d}                          ({len(c.files) - 25} more files)")
         cases = {k: v for k, v in c.cases.items() if k != WHOLE_TABLE}
         if cases:
             counts = sorted(cases.values())
