@@ -109,8 +109,9 @@ def _merge_keywords(keywords: str, extra: list[str]) -> tuple[str, list[str]]:
 # the run: a program or eager operation compiled by one of them (by XLA, optimized) is loaded by
 # the next instead of compiled again. The cache is new for every run and removed at its end, so
 # every program is still compiled once per run; JAX_COMPILATION_CACHE_DIR already set (a local
-# loop keeping its cache) is used as given. The version lanes run other jax versions (their
-# programs would not hit). No size bound: a bound turns on JAX's eviction, which scans the folder
+# loop keeping its cache) is used as given, with JAX's own thresholds unless set too. The
+# version lanes run other jax versions (their programs would not hit). No size bound: a bound
+# turns on JAX's eviction, which scans the folder
 # on every write (1,000 eager operations: 131 s against 49 s unbounded); unbounded, writes are not
 # locked, and an entry read while another process still writes it fails to decompress, which JAX
 # reports as a warning and compiles instead.
