@@ -235,15 +235,17 @@ def numerics(name: str) -> dict[str, Any]:
     rparams = {"xy": jnp.array([-1.0, 1.0], jnp.float32)}
     dtypes: dict[str, DtypeRun] = {}
     starts = {d: _dtype_start(d) for d in (LOW_PRECISION if case.low_precision else ())}
+    txs: dict[str, gradtx.GradientTransformation] = {}
     carries: dict[str, Any] = {}
     for dtype, (params, grads) in starts.items():
         try:  # a failure here is reported by that dtype's test; the program runs the rest
             tx = case.make()
-            carries[dtype] = (params, tx.init(params))
-            jax.eval_shape(functools.partial(_dtype_step, tx, dtype), carries[dtype], grads[0])
+            carry = (params, tx.init(params))
+            jax.eval_shape(functools.partial(_dtype_step, tx, dtype), carry, grads[0])
         except Exception as e:
             dtypes[dtype] = DtypeRun(error=e)
-            carries.pop(dtype, None)
+            continue
+        txs[dtype], carries[dtype] = tx, carry
 
     @jax.jit
     def go(rparams, rosenbrock_steps, carries, grads):
@@ -253,7 +255,7 @@ def numerics(name: str) -> dict[str, Any]:
                 case.make_rosenbrock(), rosenbrock, rparams, rosenbrock_steps
             )
         for dtype, carry in carries.items():
-            out[dtype] = _dtype_step(case.make(), dtype, carry, grads[dtype])
+            out[dtype] = _dtype_step(txs[dtype], dtype, carry, grads[dtype])
         return out
 
     result: dict[str, Any] = {}

@@ -111,10 +111,10 @@ def _merge_keywords(keywords: str, extra: list[str]) -> tuple[str, list[str]]:
 # every program is still compiled once per run; JAX_COMPILATION_CACHE_DIR already set (a local
 # loop keeping its cache) is used as given, with JAX's own thresholds unless set too. The
 # version lanes run other jax versions (their programs would not hit). No size bound: a bound
-# turns on JAX's eviction, which scans the folder
-# on every write (1,000 eager operations: 131 s against 49 s unbounded); unbounded, writes are not
-# locked, and an entry read while another process still writes it fails to decompress, which JAX
-# reports as a warning and compiles instead.
+# turns on JAX's eviction, which scans the folder on every write (1,000 eager operations: 131 s
+# against 49 s unbounded); unbounded, writes are not locked, and an entry read while another
+# process still writes it fails to decompress, which JAX reports as a warning and compiles
+# instead.
 CACHE_LANES = LANES
 CACHE_ENV = {
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",  # eager operations too (~45 ms each)
