@@ -9,6 +9,10 @@ CONSTRAINTS = $(shell $(PY) -c 'import sys; print("constraints.txt" if sys.versi
 PIP    = $(PY) -m pip install --quiet --disable-pip-version-check -c $(CONSTRAINTS)
 # A failed install removes the venv, so that the next run starts afresh instead of reusing it.
 BROKEN = { rm -rf $(VENV); echo "make: installing into $(VENV) failed; removed it (PYTHON=$(PYTHON))" >&2; exit 1; }
+# Test references installed without their dependencies (tests/contrib/author_packages.py loads
+# them): apollo-torch and fira import bitsandbytes / transformers at package level, which their
+# optimizers do not use; NVIDIA's emerging-optimizers (NorMuon) declares Python >= 3.12 only for
+# typing.override and imports triton for CUDA kernels the tests do not run.
 # A stamp per extras set: re-installs when pyproject.toml or constraints.txt change.
 STAMP_TEST  := $(VENV)/.stamp-test
 STAMP_DEMO  := $(VENV)/.stamp-demo
@@ -31,6 +35,7 @@ $(PY):
 $(STAMP_TEST): $(PY) pyproject.toml constraints.txt
 	$(PIP) -e '.[test,all,docs]' || $(BROKEN)
 	$(PIP) --no-deps apollo-torch fira || $(BROKEN)
+	$(PIP) --no-deps --ignore-requires-python emerging-optimizers || $(BROKEN)
 	touch $@
 
 $(STAMP_DEMO): $(PY) pyproject.toml constraints.txt constraints-oldest.txt

@@ -192,7 +192,11 @@ def scale_by_normuon(
     latter: the default scale is the paper's "match_rms" (the reference's default is the code's
     "preserve_norm"); the Newton-Schulz iterations run in float32 (the reference's in bfloat16);
     the neuron axis is the output axes of the dimension numbers (the reference's axis 0 of a
-    torch (out, in) weight, the same neurons).
+    torch (out, in) weight, the same neurons). Also checked against the authors' package,
+    NVIDIA's emerging-optimizers 0.3.0 (`AdaptiveMuon(moment2_method="normuon")`, the
+    "preserve_norm" scale with Muon's width scaling), which departs from the paper for wide
+    weights (out < in): it keeps one second moment per *input* there; gradtx keeps one per
+    output neuron for every shape, as Algorithm 1 does.
     """
     who = "scale_by_normuon"
     check_int(who, "ns_steps", ns_steps, minimum=1)

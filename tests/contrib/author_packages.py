@@ -1,5 +1,6 @@
 """Import the optimizer modules of the authors' packages (apollo-torch for APOLLO, fira for
-Fira) without their heavy dependencies, for the reference tests.
+Fira, NVIDIA's emerging-optimizers for NorMuon) without their heavy dependencies, for the
+reference tests.
 
 Both packages are installed without their dependencies: `apollo_torch/__init__.py` imports
 its 8-bit optimizers, hence bitsandbytes (CUDA), and every optimizer module does
@@ -12,8 +13,17 @@ transformers is not importable. The sys.modules entries it makes are removed aga
 module is loaded (the loaded module keeps its references), so nothing else sees them; the
 real packages, if imported elsewhere, are untouched.
 
-Where torch or a package is missing (the version lanes have no torch), `load` skips the
-calling test (pytest.skip, as `pytest.importorskip` does)."""
+emerging-optimizers (0.3.0) imports itself by absolute names, so `load(..., absolute=True)`
+imports its module under its real name, with two stand-ins while it does: its `triton_kernels`
+module (the Triton SYRK kernels, CUDA only and used only with `use_syrk=True`; it imports
+`triton`, which the CPU venv does not have) is a module saying they are absent
+(`HAS_TRITON_340 = False`), and, on Python < 3.12 (the package asks for 3.12 only for it; the
+Makefile installs it with `--ignore-requires-python`), `typing.override` is the identity
+decorator it is at run time. Both, and every module of the package, leave sys.modules / typing
+again once the module is loaded.
+
+Where torch or a package is missing (the version lanes have no torch), `load` skips the calling
+test (pytest.skip, as `pytest.importorskip` does)."""
 
 from __future__ import annotations
 
@@ -22,6 +32,7 @@ import importlib
 import importlib.util
 import sys
 import types
+import typing
 
 import numpy as np
 import pytest
@@ -83,11 +94,40 @@ def _load(package: str, module: str) -> types.ModuleType | str:
     return mod
 
 
-def load(package: str, module: str) -> types.ModuleType:
-    """`package.module` of an installed authors' package, imported on its own (see the module
-    docstring); skips the calling test where torch or the package is missing."""
+@functools.cache
+def _load_absolute(package: str, module: str) -> types.ModuleType | str:
+    """The module `package.module` imported under its own name (see the module docstring), or
+    the reason it cannot be."""
+    for needed in ("torch", "absl", package):
+        if importlib.util.find_spec(needed) is None:
+            return f"{needed} is not installed"
+    kernels = types.ModuleType(f"{package}.triton_kernels")
+    kernels.HAS_TRITON_340 = False  # type: ignore[attr-defined]
+    added_override = not hasattr(typing, "override")
+    if added_override:
+        typing.override = lambda f: f  # type: ignore[attr-defined]
+    before = set(sys.modules)
+    sys.modules[kernels.__name__] = kernels
+    try:
+        mod = importlib.import_module(f"{package}.{module}")
+    except ImportError as e:
+        return f"cannot import {package}.{module}: {e}"
+    finally:
+        for name in set(sys.modules) - before:
+            if name == package or name.startswith(package + "."):
+                del sys.modules[name]
+        if added_override:
+            del typing.override  # type: ignore[attr-defined]
+    return mod
+
+
+def load(package: str, module: str, *, absolute: bool = False) -> types.ModuleType:
+    """`package.module` of an installed authors' package, imported on its own under a private
+    parent, or under its own name with `absolute=True` (a package that imports itself by
+    absolute names, as NVIDIA's emerging-optimizers does; see the module docstring); skips the
+    calling test where torch or the package is missing."""
     pytest.importorskip("torch")
-    mod = _load(package, module)
+    mod = (_load_absolute if absolute else _load)(package, module)
     if isinstance(mod, str):
         pytest.skip(mod)
     return mod
