@@ -52,12 +52,19 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test of one table case runs on one xdist worker (`--dist loadgroup`), where the
     compilation tier (tests/compiled.py) has that case's programs cached. A test that sets its
-    own `xdist_group` (the sharded table, one program for all cases) keeps it."""
+    own `xdist_group` (the sharded table, one program for all cases) keeps it. Every other test
+    runs on one worker with the rest of its module, which compiles the module's cached runners
+    (`functools.cache`d trajectories and references) and its eager operations once, not on both
+    workers."""
     for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
         callspec = getattr(item, "callspec", None)
         case = callspec.params.get("case") if callspec is not None else None
-        if isinstance(case, OptCase) and item.get_closest_marker("xdist_group") is None:
+        if isinstance(case, OptCase):
             item.add_marker(pytest.mark.xdist_group(f"case-{case.name}"))
+        else:
+            item.add_marker(pytest.mark.xdist_group(f"module-{item.nodeid.partition('::')[0]}"))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
