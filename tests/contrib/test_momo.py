@@ -15,12 +15,14 @@ from .common import LR, assert_signature_matches_optax, compare_with_extra, loss
 
 # A looser absolute tolerance, as Optax's own eager and jit runs differ by as much: with an
 # adaptive lower bound, the bound and the step size switch on comparisons of nearly equal
-# numbers; Optax eager vs jit differs by up to 4e-5 of a leaf's scale. Jitted, these cases also
-# allow twice Optax's own float32 noise against its float64 run (`float64_noise`; jax 0.12's
-# CPU arithmetic makes it ~1.3e-6 at step 71 here).
+# numbers; Optax eager vs jit differs by up to 4e-5 of a leaf's scale (about 2e-6 on these
+# leaves of scale ~0.05). Jitted, these cases also allow twice Optax's own float32 noise against
+# its float64 run (`float64_noise`). Measured against float64, each jax version's CPU arithmetic
+# lands elsewhere inside that spread: jax 0.6.2 1.07e-6 (momo, step 97), jax 0.12.0 ~1.3e-6 at
+# step 71, jax 0.12.1 1.53e-6 (momo_adam, step 70: 2.4x Optax's own noise there).
 ATOL = {
-    "momo_schedule_wd_adaptive": 1e-6,
-    "momo_adam_schedule_wd_adaptive": 1e-6,
+    "momo_schedule_wd_adaptive": 2e-6,
+    "momo_adam_schedule_wd_adaptive": 2e-6,
 }
 
 
