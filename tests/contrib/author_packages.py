@@ -61,6 +61,24 @@ def _stand_in_transformers() -> dict[str, types.ModuleType]:
     return mods
 
 
+def _import_isolated(name: str, added: dict[str, types.ModuleType], owned: str) -> types.ModuleType:
+    """Import `name` with the modules `added` in sys.modules, then undo: the added entries, and
+    every module newly imported under the package `owned`, leave sys.modules again (the loaded
+    module keeps its references); entries the added ones replaced are restored."""
+    saved = {n: sys.modules[n] for n in added if n in sys.modules}
+    before = set(sys.modules)
+    sys.modules.update(added)
+    try:
+        return importlib.import_module(name)
+    finally:
+        for n in set(sys.modules) - before:
+            if n == owned or n.startswith(owned + "."):
+                del sys.modules[n]
+        for n in added:
+            sys.modules.pop(n, None)
+        sys.modules.update(saved)
+
+
 @functools.cache
 def _load(package: str, module: str) -> types.ModuleType | str:
     """The module `package.module`, or the reason it cannot be loaded."""
@@ -76,22 +94,10 @@ def _load(package: str, module: str) -> types.ModuleType | str:
     added = {parent_name: parent}
     if not _transformers_importable():
         added.update(_stand_in_transformers())
-    saved = {name: sys.modules[name] for name in added if name in sys.modules}
-    before = set(sys.modules)
-    sys.modules.update(added)
     try:
-        mod = importlib.import_module(f"{parent_name}.{module}")
+        return _import_isolated(f"{parent_name}.{module}", added, parent_name)
     except ImportError as e:
         return f"cannot import {package}.{module}: {e}"
-    finally:
-        # undo: our entries, and the submodules imported under the private parent
-        for name in set(sys.modules) - before:
-            if name in added or name.startswith(parent_name + "."):
-                del sys.modules[name]
-        for name in added:
-            sys.modules.pop(name, None)
-        sys.modules.update(saved)
-    return mod
 
 
 @functools.cache
@@ -106,19 +112,13 @@ def _load_absolute(package: str, module: str) -> types.ModuleType | str:
     added_override = not hasattr(typing, "override")
     if added_override:
         typing.override = lambda f: f  # type: ignore[attr-defined]
-    before = set(sys.modules)
-    sys.modules[kernels.__name__] = kernels
     try:
-        mod = importlib.import_module(f"{package}.{module}")
+        return _import_isolated(f"{package}.{module}", {kernels.__name__: kernels}, package)
     except ImportError as e:
         return f"cannot import {package}.{module}: {e}"
     finally:
-        for name in set(sys.modules) - before:
-            if name == package or name.startswith(package + "."):
-                del sys.modules[name]
         if added_override:
             del typing.override  # type: ignore[attr-defined]
-    return mod
 
 
 def load(package: str, module: str, *, absolute: bool = False) -> types.ModuleType:
