@@ -6,7 +6,8 @@ The suite compiles with XLA's full optimizations, the programs users run. `GRADT
 turns most of them off (`JAX_DISABLE_MOST_OPTIMIZATIONS`) for quicker local loops: XLA:CPU then
 compiles 20-40% faster, and values may differ from an optimized build's in the last bit (every
 tolerance covers that; tests that claim bit-identity between two *different* programs take the
-`optimized_xla` fixture). CI never sets it.
+`optimized_xla` fixture). CI never sets it. `make test`'s lanes compile the same optimized HLO
+with XLA:CPU's classic kernel emitter, in about half the time (tests/lanes.py, `EMITTER_FLAG`).
 """
 
 import os

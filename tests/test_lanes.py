@@ -18,7 +18,8 @@ def _marker(cmd: list[str]) -> str:
 def test_the_lanes_split_the_suite_by_the_subprocess_marker():
     main, processes = lane_command("main", 2, []), lane_command("processes", 2, [])
     assert main[0] == processes[0] == sys.executable
-    assert _marker(main) == "not subprocess" and _marker(processes) == "subprocess"
+    assert _marker(main) == "not (subprocess or default_emitters)"
+    assert _marker(processes) == "(subprocess or default_emitters)"
     assert main[main.index("-n") + 1] == "2" and main[main.index("--dist") + 1] == "loadgroup"
     assert "no:xdist" in processes
 
@@ -93,3 +94,35 @@ def test_the_main_interpreter_lanes_share_the_runs_compilation_cache_and_version
     # the main lane took 3,308 s with one, against about 1,600 s without the cache)
     assert "JAX_COMPILATION_CACHE_MAX_SIZE" not in shared
     assert cache_env(env, None) == env
+
+
+def test_lanes_start_as_their_slots_come_free():
+    from .lanes import lane_slots, startable
+
+    order = ["main", "processes", "oldest", "newest"]
+    assert lane_slots("main", 2) == 2 and lane_slots("main", 1) == 1
+    assert lane_slots("processes", 2) == lane_slots("oldest", 2) == 1
+    # workers + 1 slots: main and processes at once, a version lane as each of them ends
+    assert startable(order, busy=0, slots=3, workers=2) == ["main", "processes"]
+    assert startable(["oldest", "newest"], busy=2, slots=3, workers=2) == ["oldest"]
+    assert startable(["newest"], busy=3, slots=3, workers=2) == []
+    assert startable(["oldest", "newest"], busy=1, slots=3, workers=2) == ["oldest", "newest"]
+    # in order: a lane that does not fit holds back the ones behind it
+    assert startable(["main", "oldest"], busy=2, slots=3, workers=2) == []
+    # a lane wider than all the slots still runs, alone
+    assert startable(order, busy=0, slots=1, workers=2) == ["main"]
+    assert startable(order, busy=0, slots=9, workers=2) == order
+
+
+def test_the_main_lane_compiles_with_the_classic_emitter_unless_told():
+    from .lanes import EMITTER_FLAG, EMITTER_LANES, emitter_env
+
+    assert EMITTER_LANES == ("main",)  # processes and the version lanes: jax's default emitters
+
+    env = {"PATH": "/bin", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    flags = emitter_env(env)["XLA_FLAGS"].split()
+    assert flags == ["--xla_force_host_platform_device_count=8", EMITTER_FLAG]
+    assert emitter_env({})["XLA_FLAGS"] == EMITTER_FLAG
+    chosen = {"XLA_FLAGS": "--xla_cpu_use_fusion_emitters=true"}
+    assert emitter_env(chosen) == chosen  # the caller's choice stays
+    assert env["XLA_FLAGS"] == "--xla_force_host_platform_device_count=8"  # not mutated
