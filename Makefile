@@ -57,8 +57,12 @@ $(STAMP_DEMO): $(PY) pyproject.toml constraints.txt constraints-oldest.txt
 	  || { rm -rf .venv-newest; echo "make: building .venv-newest with $(PYTHON_NEWEST) failed (set PYTHON_NEWEST= or VERSION_LANES=)" >&2; exit 1; }
 	touch $@
 
-test: $(STAMP_TEST)
-	$(MAKE) --no-print-directory lint typecheck pytest
+# The venvs (pip unpacking wheels), lint and types at once, each one's output kept together;
+# then the lanes.
+test:
+	$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck \
+	  $(foreach l,$(VERSION_LANES),.venv-$(l)/.stamp)
+	$(MAKE) --no-print-directory pytest
 
 lint: $(STAMP_TEST)
 	$(VENV)/bin/ruff check .
