@@ -6,8 +6,10 @@ on first use and cached for the session (xdist keeps a case's tests on one worke
 `--dist loadgroup`, with the group set in tests/conftest.py):
 
 - `trajectory(case)`: the case's training step, `gradtx.jit_step(tx)` (the donating step users
-  run), on the canonical tree `mixed_params()`, run for `STEPS` steps; every step's params and
-  state are kept (host copies). Resume, no-retrace, injection and finiteness checks read it.
+  run), on the canonical tree `mixed_params()`, run for `STEPS` steps; every step's params, state
+  and updates are kept (host copies; `recording(tx)` carries the updates out in the state).
+  Resume, no-retrace, injection and finiteness checks read it, and so does the golden record
+  (tests/golden.py), which every refactoring must reproduce bit for bit.
 - `injected(case)`: the same steps with `inject_hyperparams(factory)(**kwargs)`.
 - `numerics(case)`: the case's quadratic, run by the trajectory's own compiled step (the same
   optimizer on a tree of the same shapes, so nothing recompiles; the loss and its gradient are one
@@ -36,8 +38,8 @@ import gradtx
 from .helpers import grad_sequence, mixed_params
 from .optimizer_table import CASES, OptCase
 
-STEPS = 16  # the trajectory's length
-MIDPOINT = 8  # resume checks save here and continue to STEPS
+STEPS = 20  # the trajectory's length
+MIDPOINT = 10  # resume checks save here and continue to STEPS
 DTYPE_STEPS = 3
 
 BY_NAME: dict[str, OptCase] = {c.name: c for c in CASES}
@@ -87,34 +89,60 @@ def without_donation(text: str) -> str:
     return re.sub(r"\s*\{\}", "", text)
 
 
+def recording(tx: gradtx.GradientTransformation) -> gradtx.GradientTransformation:
+    """`tx` with its last updates carried in the state, `(state, updates)`, so that the
+    trajectory's one compiled step also gives each step's updates."""
+
+    def init(params: Any) -> Any:
+        return tx.init(params), jax.tree.map(jnp.zeros_like, params)
+
+    def update(updates: Any, state: Any, params: Any = None, **extra_args: Any) -> Any:
+        updates, inner = tx.update(updates, state[0], params, **extra_args)
+        return updates, (inner, updates)
+
+    return gradtx.GradientTransformation(init, update)
+
+
 @dataclass
 class Trajectory:
-    """`STEPS` steps of `jit_step(tx)` from the canonical tree: params[i], states[i] after i
-    steps (host copies, i = 0..STEPS), values[i] the `value=` passed to step i + 1."""
+    """`STEPS` steps of `jit_step(recording(tx))` from the canonical tree: params[i], states[i]
+    after i steps (host copies, i = 0..STEPS), updates[i] and values[i] (the `value=`) of step
+    i + 1."""
 
     step: Any
     params: list
     states: list
+    updates: list
     values: list
 
     def cache_size(self) -> int:
         return self.step.__wrapped__._cache_size()
 
+    def resumed(self, state: Any) -> Any:
+        """`state` (of the case's optimizer) as the recording step's state."""
+        return state, device(self.updates[0])
+
+    def run(self, p: Any, s: Any, grads: Any, value: Any) -> tuple[Any, Any]:
+        """One step of the compiled step from `(params, state of the case's optimizer)`."""
+        p, (s, _) = self.step(p, self.resumed(s), grads, value=value)
+        return p, s
+
 
 @functools.cache
 def trajectory(name: str) -> Trajectory:
-    tx = BY_NAME[name].make()
+    tx = recording(BY_NAME[name].make())
     params0, grads = canonical()
     step = gradtx.jit_step(tx)
     p, s = device(params0), tx.init(device(params0))
-    params, states, values = [params0], [host(s)], []
+    params, states, updates, values = [params0], [host(s[0])], [], []
     for g in grads:
         value = host_loss(params[-1])
         p, s = step(p, s, device(g), value=value)
         values.append(value)
         params.append(host(p))
-        states.append(host(s))
-    return Trajectory(step, params, states, values)
+        states.append(host(s[0]))
+        updates.append(host(s[1]))
+    return Trajectory(step, params, states, updates, values)
 
 
 @functools.cache
@@ -166,7 +194,7 @@ def _quadratic_by_the_trajectory_step(case: OptCase) -> tuple[float, float]:
     params0, value_and_grad = _quadratic_value_and_grad()
     step = trajectory(case.name).step
     p = device(params0)
-    s = case.make().init(p)
+    s = recording(case.make()).init(p)
     value, grads = value_and_grad(p)
     start = float(value)
     for _ in range(case.quadratic_steps):

@@ -16,7 +16,7 @@ import pytest
 
 import gradtx
 
-from . import compiled
+from . import compiled, golden
 from .helpers import (
     assert_trees_bitwise_equal,
     assert_trees_close,
@@ -157,7 +157,7 @@ def test_resume_is_bit_identical_for_every_table_optimizer(case: OptCase, tmp_pa
     assert_trees_bitwise_equal(loaded, run.states[compiled.MIDPOINT], "loaded state")
     p, s = compiled.device(run.params[compiled.MIDPOINT]), loaded
     for i in range(compiled.MIDPOINT, compiled.STEPS):
-        p, s = run.step(p, s, compiled.device(grads[i]), value=run.values[i])
+        p, s = run.run(p, s, compiled.device(grads[i]), value=run.values[i])
     assert_trees_bitwise_equal(p, run.params[-1], "params after resuming")
     assert_trees_bitwise_equal(s, run.states[-1], "state after resuming")
     assert run.cache_size() == 1, "the loaded state recompiled the step"
@@ -173,3 +173,25 @@ def test_inject_hyperparams_equals_the_plain_optimizer(case: OptCase):
         assert_trees_close(p, r, 1e-6, 1e-6, msg=f"{case.name} params after step {i}")
     for name, value in state.hyperparams.items():
         assert value.dtype == jnp.float32, (name, value.dtype)
+
+
+@functools.cache
+def _golden() -> golden.Record:
+    return golden.Record()
+
+
+def test_trajectory_reproduces_the_golden_record(case: OptCase):
+    # Every step's updates and state, as recorded before the rule mechanism was rewritten
+    # (tests/golden.py): byte for byte under the recorded compiler, else to float32 rounding.
+    record = _golden()
+    run = compiled.trajectory(case.name)
+    exact = record.exact()
+    allowed = 1 if exact and case.name in golden.ULP_ALLOWED else 0
+    for kind, got in (("updates", run.updates), ("states", run.states)):
+        diffs = golden.differences(case.name, kind, got, record, exact=exact)
+        beyond = [d for d in diffs if d[2] > allowed]
+        assert not beyond, (
+            f"{case.name}: {kind} differ from the golden record "
+            f"({'exact' if exact else 'float32 rounding'}; step, leaf, ulps, |difference|): "
+            f"{beyond[:5]}"
+        )

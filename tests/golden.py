@@ -1,0 +1,182 @@
+"""The golden record: every table case's `STEPS`-step trajectory (updates and state), bit for bit.
+
+Recorded once from the tier's trajectory (tests/compiled.py: `jit_step` on the canonical tree),
+before the rule mechanism was rewritten, and kept in tests/golden/trajectories.npz. A refactoring
+that says "nothing changes for users" must reproduce it: `test_generic`'s
+`test_trajectory_reproduces_the_golden_record` compares every step's updates and state byte for
+byte, and on a difference names the step, the leaf and its distance in units in the last place.
+
+Bits depend on the compiler: the record is exact for the jax / jaxlib versions, XLA:CPU emitter
+and processor architecture it was made with (its `fingerprint`, as the main lane of
+`python -m tests.lanes` runs). Under another fingerprint (a version lane, a plain `pytest` without
+the lane's emitter flag) the comparison is to float32 rounding instead (`LOOSE_RTOL`), and says so.
+
+`ULP_ALLOWED` lists the cases whose rounding order changed on purpose, with the reason; they may
+differ by at most one unit in the last place.
+
+Record anew (only for a deliberate change of numbers, said in the commit):
+`.venv/bin/python -m tests.golden --record`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import platform
+import sys
+from typing import Any
+
+import numpy as np
+
+PATH = pathlib.Path(__file__).parent / "golden" / "trajectories.npz"
+LOOSE_RTOL = 1e-5
+LOOSE_ATOL = 1e-7
+
+#: case name -> why its rounding order changed (at most 1 ulp apart from the record).
+ULP_ALLOWED: dict[str, str] = {}
+
+
+def fingerprint() -> dict[str, Any]:
+    import jax
+    import jaxlib
+
+    from .lanes import EMITTER_FLAG
+
+    return {
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "classic_emitter": EMITTER_FLAG in os.environ.get("XLA_FLAGS", ""),
+        "machine": platform.machine(),
+    }
+
+
+def _leaves(tree: Any) -> list[tuple[str, np.ndarray]]:
+    import jax
+
+    from gradtx.tree import paths
+
+    leaves = [np.asarray(x) for x in jax.tree.leaves(tree)]
+    return list(zip(paths(tree), leaves, strict=True))
+
+
+def _manifest(tree: Any) -> list[list[Any]]:
+    return [[path, x.dtype.name, list(x.shape)] for path, x in _leaves(tree)]
+
+
+def _bytes(tree: Any) -> np.ndarray:
+    parts = [np.ascontiguousarray(x).view(np.uint8).ravel() for _, x in _leaves(tree)]
+    return np.concatenate(parts) if parts else np.zeros(0, np.uint8)
+
+
+def record_case(name: str) -> dict[str, Any]:
+    """The case's trajectory as stored: one row of bytes per step, and the leaves' layout."""
+    from . import compiled
+
+    run = compiled.trajectory(name)
+    return {
+        "updates": np.stack([_bytes(u) for u in run.updates]),
+        "states": np.stack([_bytes(s) for s in run.states]),
+        "layout": {"updates": _manifest(run.updates[0]), "states": _manifest(run.states[0])},
+    }
+
+
+def record(path: pathlib.Path = PATH) -> None:
+    from . import compiled
+
+    arrays: dict[str, np.ndarray] = {}
+    layouts = {}
+    for case in compiled.CASES:
+        got = record_case(case.name)
+        arrays[f"{case.name}:updates"] = got["updates"]
+        arrays[f"{case.name}:states"] = got["states"]
+        layouts[case.name] = got["layout"]
+        print(f"recorded {case.name}", flush=True)
+    meta = {"fingerprint": fingerprint(), "steps": compiled.STEPS, "layouts": layouts}
+    arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, **arrays)
+
+
+class Record:
+    """The stored record, read once."""
+
+    def __init__(self, path: pathlib.Path = PATH) -> None:
+        with np.load(path) as data:
+            self.arrays = {k: data[k] for k in data.files if k != "__meta__"}
+            self.meta = json.loads(data["__meta__"].tobytes().decode())
+
+    def exact(self) -> bool:
+        return bool(self.meta["fingerprint"] == fingerprint())
+
+
+def _decode(row: np.ndarray, layout: list[list[Any]]) -> list[tuple[str, np.ndarray]]:
+    import jax.numpy as jnp
+
+    out, start = [], 0
+    for path, dtype, shape in layout:
+        dt = np.dtype(jnp.dtype(dtype))
+        size = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        out.append((path, row[start : start + size].view(dt).reshape(shape)))
+        start += size
+    return out
+
+
+def ulps(a: np.ndarray, b: np.ndarray) -> int:
+    """The largest distance between `a` and `b` in units in the last place (floats of one
+    dtype; NaNs of any payload are equal, a NaN against a number is a huge distance)."""
+    if a.size == 0:
+        return 0
+    if not np.issubdtype(a.dtype, np.inexact) and a.dtype.name not in ("bfloat16",):
+        return 0 if np.array_equal(a, b) else 2**62
+    if np.iscomplexobj(a):
+        return max(ulps(a.real.copy(), b.real.copy()), ulps(a.imag.copy(), b.imag.copy()))
+    nan = np.isnan(a.astype(np.float64)) & np.isnan(b.astype(np.float64))
+    ints = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}[a.dtype.itemsize]
+    ia, ib = a.view(ints).astype(np.int64), b.view(ints).astype(np.int64)
+    bound = np.int64(np.iinfo(ints).min)
+    ia = np.where(ia < 0, bound - ia, ia)  # sign-magnitude to an ordered line
+    ib = np.where(ib < 0, bound - ib, ib)
+    return int(np.max(np.where(nan, 0, np.abs(ia - ib))))
+
+
+def differences(
+    name: str, kind: str, got: list, record: Record, *, exact: bool
+) -> list[tuple[int, str, int, float]]:
+    """`(step, leaf path, ulps, largest absolute difference)` of every leaf that differs from
+    the record (byte for byte when `exact`, else beyond float32 rounding)."""
+    want = record.arrays[f"{name}:{kind}"]
+    layout = record.meta["layouts"][name][kind]
+    assert len(got) == len(want), f"{name}: {len(got)} steps of {kind}, recorded {len(want)}"
+    assert _manifest(got[0]) == layout, f"{name}: the {kind}' layout changed from the record"
+    out = []
+    for step, (tree, row) in enumerate(zip(got, want, strict=True)):
+        row_now = _bytes(tree)
+        if exact and np.array_equal(row_now, row):
+            continue
+        for (path, a), (_, b) in zip(_decode(row_now, layout), _decode(row, layout), strict=True):
+            if exact:
+                if a.tobytes() == b.tobytes():
+                    continue
+            elif np.issubdtype(a.dtype, np.inexact) or a.dtype.name == "bfloat16":
+                a64, b64 = a.astype(np.complex128), b.astype(np.complex128)
+                if np.allclose(a64, b64, rtol=LOOSE_RTOL, atol=LOOSE_ATOL, equal_nan=True):
+                    continue
+            elif np.array_equal(a, b):
+                continue
+            gap = np.abs(a.astype(np.complex128) - b.astype(np.complex128))
+            out.append((step, path, ulps(a, b), float(np.nanmax(gap)) if gap.size else 0.0))
+    return out
+
+
+if __name__ == "__main__":
+    if "--record" not in sys.argv[1:]:
+        sys.exit(f"usage: python -m tests.golden --record  (writes {PATH})")
+    from .lanes import emitter_env
+
+    env = emitter_env(dict(os.environ))
+    if os.environ.get("XLA_FLAGS") != env["XLA_FLAGS"]:  # the main lane's compiler, then record
+        os.execve(sys.executable, [sys.executable, "-m", "tests.golden", "--record"], env)
+    import tests.conftest  # noqa: F401  (the suite's XLA flags, before jax starts)
+
+    record()
