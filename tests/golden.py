@@ -11,6 +11,10 @@ and processor architecture it was made with (its `fingerprint`, as the main lane
 `python -m tests.lanes` runs). Under another fingerprint (a version lane, a plain `pytest` without
 the lane's emitter flag) the comparison is to float32 rounding instead (`LOOSE_RTOL`), and says so.
 
+The codec record (`CODECS`) does the same for the moment rules' storage options, which the
+table runs only in float32 and bf16: 8-bit buffers packed and per leaf, and bf16 params, each
+`STEPS` steps of one `jax.lax.scan` on `codec_params()`.
+
 `ULP_ALLOWED` lists the cases whose rounding order changed on purpose, with the reason; they may
 differ by at most one unit in the last place.
 
@@ -27,7 +31,11 @@ import platform
 import sys
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+
+import gradtx
 
 PATH = pathlib.Path(__file__).parent / "golden" / "trajectories.npz"
 LOOSE_RTOL = 1e-5
@@ -38,7 +46,6 @@ ULP_ALLOWED: dict[str, str] = {}
 
 
 def fingerprint() -> dict[str, Any]:
-    import jax
     import jaxlib
 
     from .lanes import EMITTER_FLAG
@@ -52,8 +59,6 @@ def fingerprint() -> dict[str, Any]:
 
 
 def _leaves(tree: Any) -> list[tuple[str, np.ndarray]]:
-    import jax
-
     from gradtx.tree import paths
 
     leaves = [np.asarray(x) for x in jax.tree.leaves(tree)]
@@ -81,6 +86,82 @@ def record_case(name: str) -> dict[str, Any]:
     }
 
 
+def _codec_cases() -> dict[str, Any]:
+    q8 = gradtx.quantized(block_size=64, min_size=256)
+    q16 = gradtx.quantized(block_size=16, min_size=0)
+    apart = gradtx.quantized(block_size=64, min_size=256, pack_leaves=False)
+    bf16 = jnp.bfloat16
+    return {
+        "adam_q8": lambda: gradtx.adam(0.01, mu_dtype=q8, nu_dtype=q8),
+        "adam_q8_per_leaf": lambda: gradtx.adam(0.01, mu_dtype=apart, nu_dtype=apart),
+        "adam_q16_mu_only": lambda: gradtx.adam(0.01, mu_dtype=q16),
+        "nadamw_q8": lambda: gradtx.nadamw(0.01, weight_decay=1e-3, mu_dtype=q8, nu_dtype=q8),
+        "amsgrad_q8": lambda: gradtx.amsgrad(0.01, mu_dtype=q8, nu_dtype=q8),
+        "adamax_q8": lambda: gradtx.adamax(0.01, mu_dtype=q8, nu_dtype=q8),
+        "adabelief_q8": lambda: gradtx.adabelief(0.01, mu_dtype=q8, nu_dtype=q8),
+        "yogi_q8": lambda: gradtx.yogi(0.01, mu_dtype=q8, nu_dtype=q8),
+        "radam_q8": lambda: gradtx.radam(0.01, mu_dtype=q8, nu_dtype=q8),
+        "novograd_q8": lambda: gradtx.novograd(0.01, mu_dtype=q8),
+        "amsbound_q8": lambda: gradtx.amsbound(0.01, mu_dtype=q8, nu_dtype=q8),
+        "eve_q8": lambda: gradtx.eve(0.01, mu_dtype=q8, nu_dtype=q8),
+        "eps_hat_amsgrad_q8": lambda: gradtx.chain(
+            gradtx.scale_by_adam_eps_hat(amsgrad=True, nesterov=True, mu_dtype=q8, nu_dtype=q8),
+            gradtx.scale(-0.01),
+        ),
+        "lion_q8": lambda: gradtx.lion(0.003, mu_dtype=q8),
+        "lion_q8_per_leaf": lambda: gradtx.lion(0.003, mu_dtype=apart),
+        "sgd_nesterov_q8": lambda: gradtx.sgd(
+            0.002, momentum=0.9, nesterov=True, accumulator_dtype=q8
+        ),
+        "adam_bf16_params": lambda: gradtx.adam(0.01, mu_dtype=bf16),
+        "sign_agreement_bf16": lambda: gradtx.chain(
+            gradtx.scale_by_sign_agreement(mu_dtype=bf16), gradtx.scale(-0.01)
+        ),
+    }
+
+
+def codec_params(dtype: Any = None) -> dict[str, Any]:
+    """Four leaves that 8-bit storage lays out differently: row blocks, flat blocks, a short last
+    block, and one below `min_size`."""
+    rng = np.random.default_rng(0)
+    dtype = dtype or jnp.float32
+    shapes = {"w": (24, 40), "v": (300,), "u": (263,), "b": (8,)}
+    return {k: jnp.asarray(rng.standard_normal(s), dtype) for k, s in shapes.items()}
+
+
+def codec_trajectory(name: str) -> tuple[list, list]:
+    """`STEPS` updates and the `STEPS + 1` states of codec case `name` (host copies)."""
+    from . import compiled
+
+    tx = _codec_cases()[name]()
+    params = codec_params(jnp.bfloat16 if name.endswith("bf16_params") else None)
+
+    def loss(p: Any) -> Any:
+        return sum(
+            jnp.sum(jnp.linspace(0.1, 3.0, x.size).reshape(x.shape) * (x - 0.5) ** 2)
+            for x in jax.tree.leaves(p)
+        )
+
+    def step(carry: Any, _: Any) -> Any:
+        p, s = carry
+        value, g = jax.value_and_grad(lambda q: loss(q).astype(jnp.float32))(p)
+        u, s = tx.update(g, s, p, value=value)
+        return (gradtx.apply_updates(p, u), s), (u, s)
+
+    state0 = tx.init(params)
+    _, (us, ss) = jax.jit(lambda p, s: jax.lax.scan(step, (p, s), None, length=compiled.STEPS))(
+        params, state0
+    )
+    us, ss = compiled.host(us), compiled.host(ss)
+    updates = [jax.tree.map(lambda x, i=i: x[i], us) for i in range(compiled.STEPS)]
+    states = [compiled.host(state0)]
+    states += [jax.tree.map(lambda x, i=i: x[i], ss) for i in range(compiled.STEPS)]
+    return updates, states
+
+
+CODECS: tuple[str, ...] = tuple(_codec_cases())
+
+
 def record(path: pathlib.Path = PATH) -> None:
     from . import compiled
 
@@ -92,6 +173,13 @@ def record(path: pathlib.Path = PATH) -> None:
         arrays[f"{case.name}:states"] = got["states"]
         layouts[case.name] = got["layout"]
         print(f"recorded {case.name}", flush=True)
+    for name in CODECS:
+        updates, states = codec_trajectory(name)
+        key = f"codec/{name}"
+        arrays[f"{key}:updates"] = np.stack([_bytes(u) for u in updates])
+        arrays[f"{key}:states"] = np.stack([_bytes(s) for s in states])
+        layouts[key] = {"updates": _manifest(updates[0]), "states": _manifest(states[0])}
+        print(f"recorded {key}", flush=True)
     meta = {"fingerprint": fingerprint(), "steps": compiled.STEPS, "layouts": layouts}
     arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,8 +199,6 @@ class Record:
 
 
 def _decode(row: np.ndarray, layout: list[list[Any]]) -> list[tuple[str, np.ndarray]]:
-    import jax.numpy as jnp
-
     out, start = [], 0
     for path, dtype, shape in layout:
         dt = np.dtype(jnp.dtype(dtype))

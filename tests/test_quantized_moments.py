@@ -4,6 +4,8 @@ accumulation wrapper's buffer layout."""
 
 from __future__ import annotations
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -14,6 +16,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 import gradtx
 from gradtx.state import _quantize as Q
 
+from . import golden
 from .helpers import assert_trees_bitwise_equal, mixed_params
 
 Q8 = gradtx.quantized(block_size=64, min_size=256)
@@ -292,3 +295,20 @@ def test_accumulation_carries_updates_in_its_buffer_and_keeps_narrow_accumulator
     mem = compiled.memory_analysis()
     if mem is not None:  # the emitted updates need no buffer of their own
         assert mem.temp_size_in_bytes < 256 * 256 * 4
+
+
+@pytest.mark.parametrize("name", golden.CODECS)
+def test_codec_trajectory_reproduces_the_golden_record(name):
+    # The moment rules' storage options (8-bit packed and per leaf, bf16), every step's updates
+    # and state as recorded before the rule mechanism was rewritten (tests/golden.py).
+    record = _golden_record()
+    updates, states = golden.codec_trajectory(name)
+    exact = record.exact()
+    for kind, got in (("updates", updates), ("states", states)):
+        diffs = golden.differences(f"codec/{name}", kind, got, record, exact=exact)
+        assert not diffs, f"{name}: {kind} differ from the golden record: {diffs[:5]}"
+
+
+@functools.cache
+def _golden_record() -> golden.Record:
+    return golden.Record()
