@@ -120,6 +120,18 @@ def test_an_unknown_section_suggests_the_dialects(tmp_path, capsys):
     assert code == 2 and "unknown section 'solver'" in err and "--dialect nnabla" in err
 
 
+def test_a_control_character_in_yaml_is_one_line_naming_where(tmp_path, capsys):
+    """PyYAML's reader error spans two lines ('... not allowed' then '  in "<unicode
+    string>", position 15'); the CLI prints one line with the line and column."""
+    path = tmp_path / "nul.yaml"
+    path.write_bytes(b"optimizer: adam\x00\nlearning_rate: 0.1\n")
+    code, _, err = _cli(["describe", str(path)], capsys)
+    assert code == 2
+    assert err.count("\n") == 1, err
+    assert f"{path}:1:16: invalid YAML: unacceptable character #x0000" in err
+    assert "unicode string" not in err
+
+
 def test_plot_schedule_detects_the_dialect_too(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     png = tmp_path / "lr.png"

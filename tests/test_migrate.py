@@ -292,3 +292,119 @@ def test_cli_migrate_takes_the_parameters_from_a_file(tmp_path, capsys, fmt):
     got = gradtx.load(new, want)
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_swapped_stateful_links_carry_each_state_to_its_link():
+    """Two stateful transformations of distinct classes that change places: each state goes
+    to its own transformation (matched by class, not by position); same-class states keep
+    their order among themselves."""
+    old_tx = gradtx.chain(gradtx.trace(0.5), gradtx.scale_by_adam(), gradtx.scale(-LR))
+    new_tx = gradtx.chain(gradtx.scale_by_adam(), gradtx.trace(0.5), gradtx.scale(-LR))
+    _, state = _run(old_tx, 3)
+    migrated, report = gradtx.migrate(state, new_tx, PARAMS)
+    assert report.complete
+    for a, b in zip(jax.tree.leaves(migrated[0]), jax.tree.leaves(state[1]), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    for a, b in zip(jax.tree.leaves(migrated[1]), jax.tree.leaves(state[0]), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # a second trace: the two traces keep their order, the adam state moves to its place
+    old_tx = gradtx.chain(gradtx.trace(0.9), gradtx.scale_by_adam(), gradtx.trace(0.5))
+    new_tx = gradtx.chain(gradtx.scale_by_adam(), gradtx.trace(0.9), gradtx.trace(0.5))
+    _, state = _run(old_tx, 3)
+    migrated, report = gradtx.migrate(state, new_tx, PARAMS)
+    assert report.complete
+    for new, old in ((0, 1), (1, 0), (2, 2)):
+        for a, b in zip(jax.tree.leaves(migrated[new]), jax.tree.leaves(state[old]), strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # two traces for one: the one on the same side of the adam state as the new trace
+    migrated, report = gradtx.migrate(
+        state, gradtx.chain(gradtx.trace(0.9), gradtx.scale_by_adam()), PARAMS
+    )
+    assert {path.split("/")[0] for path, _ in report.dropped} == {"2"}  # the last trace
+    for a, b in zip(jax.tree.leaves(migrated), jax.tree.leaves(state[:2]), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # where the position does not tell which trace stays: refused, naming the traces
+    two = gradtx.chain(gradtx.trace(0.9), gradtx.trace(0.5), gradtx.scale_by_adam())
+    _, state = _run(two, 1)
+    with pytest.raises(
+        gradtx.CheckpointError,
+        match=r"holds 2 TraceState states \(\['0', '1'\]\), the new optimizer 1.*ambiguous",
+    ):
+        gradtx.migrate(state, gradtx.chain(gradtx.trace(0.9), gradtx.scale_by_adam()), PARAMS)
+
+
+# -- refusals and the step of a wrapped run ----------------------------------------------------
+
+
+def test_colliding_parameter_paths_are_refused_naming_both():
+    """`{"a/b": x, "a": {"b": y}}` gives two parameters the path 'a/b': matching by path would
+    carry one parameter's moments onto the other, so migrate refuses as state_dict does."""
+    params = {"a/b": jnp.ones(2), "a": {"b": jnp.full(2, 2.0)}}
+    tx = gradtx.adam(LR)
+    state = tx.init(params)
+    _, state = tx.update(params, state, params)
+    with pytest.raises(gradtx.CheckpointError) as info:
+        gradtx.migrate(state, gradtx.adam(LR), params)
+    message = str(info.value)
+    assert message.startswith("migrate: two leaves have the path '0/mu/a/b'")
+    assert "[0].mu['a/b']" in message and "[0].mu['a']['b']" in message
+    with pytest.raises(gradtx.CheckpointError, match=r"^state_dict: two leaves have the path"):
+        gradtx.state_dict(state)
+
+
+def test_the_old_state_and_the_params_must_be_given():
+    state = _adam().init(PARAMS)
+    with pytest.raises(gradtx.CheckpointError, match=r"state_or_path is None.*gradtx\.save"):
+        gradtx.migrate(None, _adam(), PARAMS)
+    with pytest.raises(gradtx.CheckpointError, match=r"params is None.*ShapeDtypeStruct"):
+        gradtx.migrate(state, _adam(), None)
+
+
+def test_a_new_wrapper_goes_on_from_the_runs_step(tmp_path, capsys):
+    """docs/moving-state.md's example: adamw at step 3, then accumulate_k_steps(skip_on_spikes(
+    chain(clip, adamw))). The wrappers' counts of the run's steps start at 3, so `metrics`,
+    `inspect_state` and `gradtx inspect` report step 3, as the new chain's own run would."""
+    from gradtx.cli import main
+
+    tx = gradtx.adamw(1e-3)
+    _, state = _run(tx, 3)
+    tx_new = gradtx.accumulate_k_steps(
+        gradtx.skip_on_spikes(gradtx.chain(gradtx.clip_by_global_norm(1.0), gradtx.adamw(1e-3))),
+        4,
+    )
+    state_new, report = gradtx.migrate(state, tx_new, PARAMS)
+    assert int(gradtx.metrics(tx_new, state_new)["step"]) == 3
+    assert gradtx.inspect_state(state_new).step == 3
+    assert state_new.gradient_step == 3 and state_new.inner_state.count == 3
+    assert state_new.micro_step == 0 and state_new.inner_state.filled == 0  # a new cycle, window
+    assert dict(report.continued) == {"gradient_step": 3, "inner_state/count": 3}
+    assert "gradient_step (AccumulateState.gradient_step): 3, the run's step" in str(report)
+    path = gradtx.save(tmp_path / "new.safetensors", state_new)
+    assert main(["inspect", str(path)]) == 0
+    assert "step: 3 (from 'gradient_step')" in capsys.readouterr().out
+    # a schedule driven by a new inject_hyperparams goes on from the run's step too
+    schedule = gradtx.schedules.linear_schedule(LR, 0.0, 10)
+    _, state = _run(gradtx.adam(schedule), 3)
+    injected = gradtx.inject_hyperparams(gradtx.adam)(learning_rate=schedule)
+    migrated, _ = gradtx.migrate(state, injected, PARAMS)
+    _, own = _run(injected, 3)
+    assert int(migrated.count) == int(own.count) == 3
+    _, resumed = _run(injected, 1, PARAMS, migrated)  # the 4th step uses the rate of step 3
+    lr = gradtx.metrics(injected, resumed)["learning_rate"]
+    np.testing.assert_allclose(float(lr), float(schedule(3)), rtol=1e-6)
+
+
+def test_cli_migrate_into_a_missing_folder_names_the_folder(tmp_path, capsys):
+    from gradtx.cli import main
+
+    _, state = _run(gradtx.adamw(LR), 1)
+    old = str(gradtx.save(tmp_path / "old.safetensors", state))
+    config = tmp_path / "new.yaml"
+    config.write_text("optimizer: {name: adamw, learning_rate: 0.05}\n")
+    missing = tmp_path / "missing_dir"
+    assert main(["migrate", old, str(config), "-o", str(missing / "x.safetensors")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"the folder {str(missing)!r} does not exist" in err
+    assert ".tmp-" not in err
+    with pytest.raises(FileNotFoundError, match=r"the folder .*missing_dir' does not exist"):
+        gradtx.save(missing / "y.safetensors", state)

@@ -227,3 +227,111 @@ def test_optax_values_gradtx_has_no_place_for_are_refused():
     optax_tx = optax.sgd(1e-2, momentum=0.9)
     with pytest.raises(CheckpointError, match=r"no place in tx's state:\s+0/trace/b"):
         from_optax_state(optax_tx.init(PARAMS), optax_tx, gradtx.sgd(1e-2), PARAMS)
+
+
+# -- states of eager runs, typed keys, colliding paths ----------------------------------------
+
+
+def _eager(optax_tx, params, steps):
+    """`steps` updates of an Optax optimizer run eagerly (no jit): dicts in its state keep
+    the insertion order Optax builds them in, not JAX's sorted order."""
+    state = optax_tx.init(params)
+    for _ in range(steps):
+        updates, state = optax_tx.update(grads_at(params), state, params)
+        params = optax.apply_updates(params, updates)
+    return params, state
+
+
+def _resumes_as_optax(optax_tx, tx, params, optax_state, steps=20, tol=1e-6):
+    state = from_optax_state(optax_state, optax_tx, tx, params)
+    expected, _ = run(optax_tx, params, optax_state, steps)
+    got, _ = run(tx, params, state, steps)
+    assert _max_diff(got, expected) <= tol
+    return state
+
+
+def test_eager_multi_transform_with_unsorted_labels_converts():
+    """Eagerly, `optax.multi_transform` keeps its dict of sub-states in the order of its labels
+    ('y' before 'x'); jitted, JAX sorts it. Both convert, to the same state."""
+    labels = {"w": "y", "b": "x"}
+    optax_tx = optax.multi_transform(
+        {"y": optax.adam(1e-2), "x": optax.sgd(1e-2, momentum=0.9)}, labels
+    )
+    tx = gradtx.multi_transform(
+        {"y": gradtx.adam(1e-2), "x": gradtx.sgd(1e-2, momentum=0.9)}, labels
+    )
+    params, optax_state = _eager(optax_tx, PARAMS, 3)
+    assert list(optax_state.inner_states) == ["y", "x"]
+    state = _resumes_as_optax(optax_tx, tx, params, optax_state)
+    jitted = jax.jit(lambda s: s)(optax_state)
+    assert list(jitted.inner_states) == ["x", "y"]
+    again = from_optax_state(jitted, optax_tx, tx, params)
+    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(again), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_eager_optax_contrib_muon_converts():
+    """`optax.contrib.muon`: a multi_transform ('muon' before 'adam' in its eager dict) whose
+    MuonState also holds `ns_coeffs`, a constant gradtx keeps in `tx` (its `ns_coeffs=`)."""
+    optax_tx, tx = optax.contrib.muon(1e-2), gradtx.contrib.muon(1e-2)
+    params, optax_state = _eager(optax_tx, PARAMS, 3)
+    state = _resumes_as_optax(optax_tx, tx, params, optax_state, tol=1e-5)
+    assert int(gradtx.tree.get(state, "MuonState").count) == 3
+    # another ns_coeffs in the Optax state than optax_tx's is refused, naming it
+    changed = jax.tree.map(lambda x: x, optax_state)
+    muon = changed.inner_states["muon"].inner_state[0]
+    changed.inner_states["muon"] = changed.inner_states["muon"]._replace(
+        inner_state=(
+            muon._replace(ns_coeffs=muon.ns_coeffs * 2),
+            *changed.inner_states["muon"].inner_state[1:],
+        )
+    )
+    with pytest.raises(CheckpointError, match=r"MuonState\.ns_coeffs.*not the one optax_tx"):
+        from_optax_state(changed, optax_tx, tx, params)
+
+
+def test_other_state_objects_at_other_paths_are_named_at_both_paths():
+    """Two states whose outlines differ only in a label: the message names both paths, never
+    'MaskedState in optax_state, MaskedState in optax_tx.init(params)'."""
+    made = optax.multi_transform(
+        {"a": optax.adam(1e-2), "z": optax.set_to_zero()}, {"w": "a", "b": "z"}
+    )
+    other = optax.multi_transform(
+        {"a": optax.adam(1e-2), "f": optax.set_to_zero()}, {"w": "a", "b": "f"}
+    )
+    with pytest.raises(CheckpointError) as info:
+        from_optax_state(made.init(PARAMS), other, gradtx.adam(1e-2), PARAMS)
+    message = str(info.value)
+    assert "'inner_states/z'" in message and "'inner_states/f'" in message
+    assert "MaskedState in optax_state, MaskedState in" not in message
+
+
+def test_a_typed_prng_key_converts_to_gradtx_key_data():
+    """`optax.noisy_sgd` keeps a typed key (`key<fry>`); gradtx's `AddNoiseState` keeps its raw
+    data: the key goes on, so the noise stream continues Optax's."""
+    optax_tx = optax.noisy_sgd(1e-2, key=jax.random.key(3))
+    tx = gradtx.noisy_sgd(1e-2)
+    params, optax_state = _eager(optax_tx, PARAMS, 3)
+    assert jax.dtypes.issubdtype(optax_state[0].rng_key.dtype, jax.dtypes.prng_key)
+    state = _resumes_as_optax(optax_tx, tx, params, optax_state)
+    np.testing.assert_array_equal(
+        np.asarray(state[0].rng_key), np.asarray(jax.random.key_data(optax_state[0].rng_key))
+    )
+    # a key of another implementation than gradtx's raw key data stands for is refused
+    rbg = optax_state[0]._replace(rng_key=jax.random.key(3, impl="rbg"))
+    rbg_tx = optax.noisy_sgd(1e-2, key=jax.random.key(3, impl="rbg"))
+    with pytest.raises(CheckpointError, match=r"rng_key.*rbg.*threefry"):
+        from_optax_state((rbg, optax_state[1]), rbg_tx, tx, params)
+
+
+def test_colliding_parameter_paths_are_refused():
+    """Parameters 'a/b' and a/b share a path: refused (as state_dict does), naming both."""
+    params = {"a/b": jnp.ones(2), "a": {"b": jnp.full(2, 2.0)}}
+    optax_tx = optax.adam(1e-2)
+    _, optax_state = _eager(optax_tx, params, 0)
+    optax_state = optax_tx.update(params, optax_state, params)[1]
+    with pytest.raises(CheckpointError) as info:
+        from_optax_state(optax_state, optax_tx, gradtx.adam(1e-2), params)
+    message = str(info.value)
+    assert message.startswith("from_optax_state: two leaves have the path '0/mu/a/b'")
+    assert "[0].mu['a/b']" in message and "[0].mu['a']['b']" in message

@@ -68,6 +68,16 @@ CASES = [
         lambda: gradtx.rmsprop(1e-3, decay=0.9, eps=1e-6, eps_in_sqrt=False),
     ),
     (
+        "rmsprop_momentum",
+        lambda p: torch.optim.RMSprop(p, lr=1e-3, alpha=0.9, eps=1e-6, momentum=0.9),
+        lambda: gradtx.rmsprop(1e-3, decay=0.9, eps=1e-6, eps_in_sqrt=False, momentum=0.9),
+    ),
+    (
+        "rmsprop_centered",
+        lambda p: torch.optim.RMSprop(p, lr=1e-3, alpha=0.9, eps=1e-6, centered=True),
+        lambda: gradtx.rmsprop(1e-3, decay=0.9, eps=1e-6, eps_in_sqrt=False, centered=True),
+    ),
+    (
         "rmsprop_centered_momentum",
         lambda p: torch.optim.RMSprop(p, lr=1e-3, alpha=0.9, eps=1e-6, centered=True, momentum=0.5),
         lambda: gradtx.rmsprop(
@@ -261,3 +271,94 @@ def test_strict_refuses_a_state_torch_does_not_fill():
         snapshot, tx, start, names=names, transpose=True, step=10, strict=False
     )
     assert report.fresh and int(state[1][1].count) == 10
+
+
+def test_converted_state_owns_its_memory():
+    """torch steps in place: a state converted before must not change with it (torch tensors
+    and NumPy arrays in the state dict alike)."""
+    model = _model()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+
+    def step():
+        opt.zero_grad()
+        _loss_torch(model).backward()
+        opt.step()
+
+    step()
+    tx, names, start = gradtx.adam(1e-2), torch_names(model), _params(model)
+    state, _ = from_torch_state_dict(opt.state_dict(), tx, start, names=names, transpose=True)
+    as_numpy = {
+        "state": {
+            i: {k: v.numpy() for k, v in entries.items()}
+            for i, entries in opt.state_dict()["state"].items()
+        },
+        "param_groups": opt.state_dict()["param_groups"],
+    }
+    from_numpy, _ = from_torch_state_dict(as_numpy, tx, start, names=names, transpose=True)
+    kept = [np.array(x, copy=True) for x in jax.tree.leaves((state, from_numpy))]
+    step()  # in place: exp_avg, exp_avg_sq and step, and the NumPy views of them, change
+    assert float(opt.state_dict()["state"][1]["step"]) == 2.0
+    for before, now in zip(kept, jax.tree.leaves((state, from_numpy)), strict=True):
+        np.testing.assert_array_equal(np.asarray(now), before)
+
+
+_LOW = [  # (torch dtype name, NumPy / ml_dtypes dtype): the float formats both libraries have
+    ("bfloat16", jnp.bfloat16),
+    ("float8_e4m3fn", jnp.float8_e4m3fn),
+    ("float8_e5m2", jnp.float8_e5m2),
+]
+
+
+@pytest.mark.parametrize(("torch_dtype", "dtype"), _LOW, ids=[n for n, _ in _LOW])
+def test_low_precision_states_round_trip_exactly(torch_dtype, dtype):
+    """A bf16 / float8 gradtx state goes to torch tensors of the same dtype, bit for bit, and
+    back; torch's own bf16 Adam state converts and comes back unchanged too."""
+    model = _model()
+    start, names = _params(model), torch_names(model)
+    tx = gradtx.adam(1e-2, mu_dtype=dtype, nu_dtype=dtype)
+    ran = _gradtx_run(gradtx.adam(1e-2), start, gradtx.adam(1e-2).init(start), 5)[1]
+    state = jax.tree.map(lambda x: x.astype(dtype) if x.ndim else x, ran)  # the moments
+    sd = to_torch_state_dict(state, tx, start, names=names, transpose=True)
+    assert sd["state"][0]["exp_avg"].dtype == getattr(torch, torch_dtype)
+    back, _ = from_torch_state_dict(sd, tx, start, names=names, transpose=True)
+    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(back), strict=True):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(np.asarray(a).tobytes(), np.asarray(b).tobytes())
+    if torch_dtype != "bfloat16":
+        return
+    # torch's Adam on a bf16 model keeps bf16 moments: into gradtx and back to torch, exactly
+    model = model.to(torch.bfloat16)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(3):
+        opt.zero_grad()
+        model(torch.from_numpy(_X).to(torch.bfloat16)).pow(2).mean().backward()
+        opt.step()
+    theirs = opt.state_dict()
+    params = jax.tree.map(lambda p: p.astype(jnp.bfloat16), start)
+    state, _ = from_torch_state_dict(theirs, tx, params, names=names, transpose=True)
+    sd = to_torch_state_dict(
+        state, tx, params, names=names, transpose=True, param_groups=theirs["param_groups"]
+    )
+    for index, entries in theirs["state"].items():
+        for key, value in entries.items():
+            assert sd["state"][index][key].dtype == value.dtype
+            assert torch.equal(sd["state"][index][key], value), (index, key)
+    opt.load_state_dict(sd)
+
+
+def test_a_dtype_the_other_side_lacks_is_refused_naming_it():
+    """A float format torch lacks (to torch) or NumPy cannot hold (from torch): a
+    CheckpointError naming the value and its dtype."""
+    if not hasattr(torch, "float4_e2m1fn_x2"):
+        pytest.skip("torch < 2.8 has no float4_e2m1fn_x2")
+    model = _model()
+    start, names = _params(model), torch_names(model)
+    tx = gradtx.adam(1e-2)
+    odd = jax.tree.map(lambda x: x.astype(jnp.float8_e4m3b11fnuz) if x.ndim else x, tx.init(start))
+    with pytest.raises(CheckpointError, match=r"ScaleByAdamState.mu\[0/bias\].*float8_e4m3b11fnuz"):
+        to_torch_state_dict(odd, tx, start, names=names, transpose=True)
+    sd = to_torch_state_dict(tx.init(start), tx, start, names=names, transpose=True)
+    packed = torch.zeros(5, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)  # no NumPy dtype
+    sd["state"][1]["exp_avg"] = packed
+    with pytest.raises(CheckpointError, match=r"state\[1\]\['exp_avg'\].*float4_e2m1fn_x2"):
+        from_torch_state_dict(sd, tx, start, names=names, transpose=True)

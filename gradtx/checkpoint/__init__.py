@@ -387,12 +387,18 @@ def migrate(
     - a value only the new optimizer has starts as `tx_new.init(params)` makes it (fresh): the
       state of a new wrapper (its counters at zero, `accumulate_k_steps`'s empty sum,
       `skip_on_spikes`'s empty window, `ema_params` / `lookahead` starting from `params`,
-      `inject_hyperparams`'s step count at zero and its hyperparameters at their initial
-      values), a moment of a new transformation at zero;
+      `inject_hyperparams`'s hyperparameters at their initial values), a moment of a new
+      transformation at zero; except that a new wrapper's count of the run's steps
+      (`accumulate_k_steps`' `gradient_step`, the `count` of `skip_on_spikes` and
+      `inject_hyperparams`, `conditionally_transform`'s `step`) starts at the old run's step
+      (its outermost `count`, as `inspect_state` reads it), so `metrics` reports the run's
+      step and the schedules a new `inject_hyperparams` drives go on from it
+      (`report.continued` lists them);
     - a value only the old state has is dropped (e.g. a removed wrapper's counters);
     - both are listed in the report; a shape mismatch, a dtype migrate does not convert, a
-      matched state with no parameter path in common, or an ambiguous match (two same-class
-      states, one removed) is a `CheckpointError` naming both paths.
+      matched state with no parameter path in common, two parameters with one path (`"a/b"`
+      next to `{"a": {"b": ...}}`, as `state_dict` refuses them), or an ambiguous match (two
+      same-class states, one removed) is a `CheckpointError` naming both paths.
 
     Args:
       state_or_path: the old state (a gradtx or Optax state pytree), a file written by
@@ -420,7 +426,17 @@ def migrate(
         fresh:
           micro_step (AccumulateState.micro_step)
           grad_sum/w (AccumulateState.grad_sum[w])
-          gradient_step (AccumulateState.gradient_step)
+          gradient_step (AccumulateState.gradient_step): 0, the run's step
     """
+    if state_or_path is None:
+        raise CheckpointError(
+            "migrate: state_or_path is None; pass the old state (a pytree), a file written by "
+            "gradtx.save, or a flat gradtx.state_dict (with old_tx=)"
+        )
+    if params is None:
+        raise CheckpointError(
+            "migrate: params is None; pass the parameters (or jax.ShapeDtypeStructs of them, "
+            "if no value of tx_new's state starts from them) for tx_new.init"
+        )
     values, source = _source(state_or_path, old_tx, params)
     return migrate_into(values, tx_new.init(params), source=source, strict=strict)

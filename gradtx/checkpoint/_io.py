@@ -162,6 +162,19 @@ def _save_error(path: str, error: OSError) -> OSError:
     return OSError(error.errno, message) if error.errno is not None else OSError(message)
 
 
+def _create_error(path: str, error: OSError) -> OSError:
+    """The error of creating the temporary file, in terms of `path` and its folder (the
+    temporary file's hidden name means nothing to the caller)."""
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        what = "does not exist" if not os.path.exists(folder) else "is not a folder"
+        reason = f"the folder {folder!r} {what}; create it first"
+    else:
+        reason = f"cannot create a file in the folder {folder!r}: {error.strerror or error}"
+    message = f"save: writing {path!r} failed: {reason}"
+    return OSError(error.errno, message) if error.errno is not None else OSError(message)
+
+
 def write_file(
     path: str,
     items: list[tuple[str, tuple[int, ...], np.dtype]],
@@ -183,7 +196,10 @@ def write_file(
     folder = os.path.dirname(os.path.abspath(path))
     remove_stale_temps(path)
     tmp = temp_path(path)
-    f = open(tmp, "xb", buffering=0)  # noqa: SIM115 (closed below, before the rename)
+    try:
+        f = open(tmp, "xb", buffering=0)  # noqa: SIM115 (closed below, before the rename)
+    except OSError as e:
+        raise _create_error(path, e) from e
     try:
         sums = []
         _write_all(f, memoryview(struct.pack("<Q", len(header)) + header))

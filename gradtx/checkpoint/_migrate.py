@@ -1,13 +1,17 @@
 """`migrate`: a state for another optimizer, built from an older state by what its leaves are.
 
 The old state's values and the new template's are listed with their roles (`_roles.py`). The
-state objects (one per stateful transformation or wrapper) are matched first: in order, by class
-name and labels, as the longest common subsequence of the two lists; when two alignments are
-equally long (two same-class objects, one of which was removed) the migration refuses rather
-than guess. Inside a matched pair, values are matched by field and parameter path: a value found
-in both is carried over (converted to the new dtype or 8-bit code where they differ; a shape
-difference is an error naming both paths); a value only the new state has starts as the template
-has it (fresh, reported); a value only the old one has is dropped (reported).
+state objects (one per stateful transformation or wrapper) are matched first, by class name and
+labels wherever they sit (`_roles.match_instances`): a class held once on each side pairs
+whatever the order, same-class objects pair in order, and where one side holds more of a class
+their position among the other objects decides, or the migration refuses rather than guess (two
+same-class objects, one of which was removed). Inside a matched pair, values are matched by
+field and parameter path: a value found in both is carried over (converted to the new dtype or
+8-bit code where they differ; a shape difference is an error naming both paths); a value only
+the new state has starts as the template has it (fresh, reported), except a new wrapper's count
+of the run's steps (`RUN_STEP_FIELDS`), which starts at the old run's step; a value only the old
+one has is dropped (reported). Parameter paths that coincide (`{"a/b": x, "a": {"b": y}}`)
+would match one parameter's values to the other's, so such states are refused.
 """
 
 from __future__ import annotations
@@ -24,11 +28,27 @@ from jax import tree_util as jtu
 from .._base._typing import OptState
 from ..state._quantize import QuantizedArray, decode, encode
 from ..tree import path_str
+from ..tree._paths import named_leaves
 from ._format import CheckpointError
 from ._leaves import _is_key, _restore, _spec
-from ._roles import Role, roles, skeleton
+from ._roles import Role, match_instances, roles, skeleton
 
 _LIMIT = 12
+
+# The fields of wrapper states that count the run's steps (not a cycle's, a window's or an
+# average's): a wrapper that migrate adds starts them at the old run's step, so that the step
+# `metrics` and `inspect_state` report, and the schedules an added `inject_hyperparams` drives,
+# go on from it. A new wrapper's other counters start at zero.
+RUN_STEP_FIELDS: Mapping[str, str] = {
+    "AccumulateState": "gradient_step",  # accumulate_k_steps: optimizer steps taken
+    "MultiStepsState": "gradient_step",  # MultiSteps
+    "SkipOnSpikesState": "count",  # skip_on_spikes: steps seen
+    "InjectHyperparamsState": "count",  # inject_hyperparams: the step schedules see
+    "InjectStatefulHyperparamsState": "count",  # inject_stateful_hyperparams: steps taken
+    "ConditionallyTransformState": "step",  # conditionally_transform: calls so far
+    "ConditionallyMaskState": "step",  # conditionally_mask
+}
+_STEP_FIELDS = ("count", "gradient_step")  # as inspect_state reads the step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,14 +60,18 @@ class MigrationReport:
       converted: (old path, new path, what) of every value carried to another dtype or code
         (`what` is e.g. `"float32 -> bfloat16"`).
       fresh: (new path, role) of every value the old state lacks: it starts as `tx_new.init`
-        made it (a new wrapper's counters at zero, a new moment at zero, ...).
+        made it (a new wrapper's counters at zero, a new moment at zero, ...), or at the old
+        run's step where `continued` lists it.
       dropped: (old path, role) of every value the new optimizer has no place for.
+      continued: (new path, step) of the fresh step counters set to the old run's step (a new
+        wrapper's count of the run's steps, `RUN_STEP_FIELDS`).
     """
 
     carried: tuple[tuple[str, str], ...] = ()
     converted: tuple[tuple[str, str, str], ...] = ()
     fresh: tuple[tuple[str, str], ...] = ()
     dropped: tuple[tuple[str, str], ...] = ()
+    continued: tuple[tuple[str, int], ...] = ()
 
     @property
     def complete(self) -> bool:
@@ -59,9 +83,10 @@ class MigrationReport:
             f"migrated: {len(self.carried)} carried, {len(self.converted)} converted, "
             f"{len(self.fresh)} fresh, {len(self.dropped)} dropped"
         ]
+        steps = {path: f": {step}, the run's step" for path, step in self.continued}
         for title, rows in (
             ("converted", [f"{new} ({what})" for _, new, what in self.converted]),
-            ("fresh", [f"{path} ({role})" for path, role in self.fresh]),
+            ("fresh", [f"{path} ({role}){steps.get(path, '')}" for path, role in self.fresh]),
             ("dropped", [f"{path} ({role})" for path, role in self.dropped]),
         ):
             if rows:
@@ -85,47 +110,6 @@ def _instances(values: Sequence[Role]) -> list[tuple[str, tuple[str, tuple[str, 
     return list(seen.items())
 
 
-def _align(old: list[Any], new: list[Any]) -> list[tuple[int, int]]:
-    """The earliest longest common subsequence of two token lists, as index pairs."""
-    n, m = len(old), len(new)
-    best = np.zeros((n + 1, m + 1), dtype=np.int64)
-    for i in range(n - 1, -1, -1):
-        for j in range(m - 1, -1, -1):
-            if old[i] == new[j]:
-                best[i, j] = best[i + 1, j + 1] + 1
-            else:
-                best[i, j] = max(best[i + 1, j], best[i, j + 1])
-    pairs, i, j = [], 0, 0
-    while i < n and j < m:
-        if old[i] == new[j] and best[i, j] == best[i + 1, j + 1] + 1:
-            pairs.append((i, j))
-            i, j = i + 1, j + 1
-        elif best[i + 1, j] >= best[i, j + 1]:
-            i += 1
-        else:
-            j += 1
-    return pairs
-
-
-def _match_instances(
-    old: list[tuple[str, Any]], new: list[tuple[str, Any]], source: str
-) -> dict[str, str]:
-    """new instance path -> old instance path; refuses when the alignment is not unique."""
-    otok, ntok = [t for _, t in old], [t for _, t in new]
-    first = _align(otok, ntok)
-    last = [(len(old) - 1 - i, len(new) - 1 - j) for i, j in _align(otok[::-1], ntok[::-1])]
-    if sorted(first) != sorted(last):
-        a, b = sorted(set(first) ^ set(last))[:2]
-        kind = ntok[a[1]][0] or "leaf"
-        raise CheckpointError(
-            f"migrate: the {source} and the new optimizer each hold several {kind} states and "
-            f"it is ambiguous which old one is which new one (old {old[a[0]][0]!r} or "
-            f"{old[b[0]][0]!r} for new {new[a[1]][0]!r}); give the transformations distinct "
-            "names with gradtx.named_chain, or migrate the parts separately"
-        )
-    return {new[j][0]: old[i][0] for i, j in first}
-
-
 def _stored(value: Any) -> Any:
     """A value as host data: a key as its raw data, an 8-bit buffer with host parts."""
     if isinstance(value, QuantizedArray):
@@ -133,6 +117,23 @@ def _stored(value: Any) -> Any:
     if _is_key(value):
         return np.asarray(jax.random.key_data(value))
     return np.asarray(value)
+
+
+def _raw_key(new: Role, old: Role, source: str) -> str:
+    """Check that the typed key `old.value` may go to `new`, a value of raw key data (as
+    `jax.random.key_data` gives it, e.g. gradtx's `AddNoiseState.rng_key`), which its
+    transformation wraps back with JAX's default implementation: a key of another
+    implementation would be read as another key, so it is refused. Returns the report's note."""
+    default = jax.random.key_impl(jax.random.key(0))
+    impl = jax.random.key_impl(old.value)
+    if impl != default:
+        raise CheckpointError(
+            f"migrate: {old.key!r} of the {source} is a {impl} PRNG key ({old.value.dtype}), "
+            f"but {new.key!r} of the new state ({new.name}) holds the raw data of a "
+            f"{default} key (JAX's default implementation); run with that implementation "
+            f"(jax.config.update('jax_default_prng_impl', '{impl}')) or start a new key there"
+        )
+    return f"{old.value.dtype} -> raw key data"
 
 
 def _dtype_name(value: Any) -> str:
@@ -150,12 +151,13 @@ def _convert(new: Role, old: Role, source: str) -> tuple[Any, str | None]:
     """The old value as a leaf like the template's `new.value`, and what was converted."""
     template, value = new.value, _stored(old.value)
     if _is_key(template) or (not isinstance(template, QuantizedArray) and _is_key(old.value)):
-        if _spec(value) != _spec(template) or not _is_key(template):
+        note = None if _is_key(template) else _raw_key(new, old, source)
+        if _spec(value) != _spec(template):
             raise CheckpointError(
                 f"migrate: {old.key!r} of the {source} and {new.key!r} of the new state "
                 f"({new.name}) are not both PRNG keys of one shape"
             )
-        return _restore("migrate", new.key, template, value), None
+        return _restore("migrate", new.key, template, value), note
     if old.shape != new.shape:
         raise CheckpointError(
             f"migrate: {new.name} has shape {list(new.shape)} in the new state ({new.key!r}) "
@@ -219,15 +221,20 @@ def migrate_into(
     strict: bool = False,
     aliases: Mapping[str, str] | None = None,
     count: int | None = None,
+    who: str = "migrate",
 ) -> Migration:
     """`template` (the new optimizer's state) with every value the old one has for the same
     role; see the module docstring for the rules. `aliases` renames old class names (another
     library's) to gradtx's; `count`, if given, is the value of every fresh scalar integer
-    `count` field (the step count of a converted run, for the new chain's schedules)."""
+    `count` field (the step count of a converted run, for the new chain's schedules) and the
+    run's step; by default the run's step is the old state's (`run_step`). `who` names the
+    caller in the refusal of a template whose paths coincide."""
+    unique_paths(who, template)
+    step = count if count is not None else run_step(old_values)
     if aliases:
         old_values = [dataclasses.replace(r, kind=aliases.get(r.kind, r.kind)) for r in old_values]
     new_values = roles(template)
-    pairs = _match_instances(_instances(old_values), _instances(new_values), source)
+    pairs = match_instances(_instances(old_values), _instances(new_values), source)
     old_by: dict[str, dict[tuple[str, str], Role]] = {}
     for role in old_values:
         old_by.setdefault(role.instance, {})[role.slot] = role
@@ -246,7 +253,7 @@ def migrate_into(
                 f"({first_old.key!r}): no parameter path in common (renamed parameters or "
                 "another model); migrate maps values by parameter path and renames nothing"
             )
-    carried, converted, fresh = [], [], []
+    carried, converted, fresh, continued = [], [], [], []
     used: set[str] = set()
     out: dict[str, Any] = {}
     for role in new_values:
@@ -259,10 +266,14 @@ def migrate_into(
                     "template is abstract there; pass a concrete template (tx.init(params))"
                 )
             fresh.append((role.key, role.name))
-            if count is not None and role.field == "count" and _is_int_scalar(role.value):
+            counts_steps = RUN_STEP_FIELDS.get(role.kind) == role.field and not role.param
+            if count is not None and role.field == "count":
+                counts_steps = True
+            if step is not None and counts_steps and _is_int_scalar(role.value):
                 out[role.key] = _restore(
-                    "migrate", role.key, role.value, np.asarray(count, np.dtype(role.value.dtype))
+                    "migrate", role.key, role.value, np.asarray(step, np.dtype(role.value.dtype))
                 )
+                continued.append((role.key, step))
             continue
         used.add(old.key)
         out[role.key], note = _convert(role, old, source)
@@ -271,10 +282,33 @@ def migrate_into(
         else:
             carried.append((old.key, role.key))
     dropped = [(r.key, r.name) for r in old_values if r.key not in used]
-    report = MigrationReport(tuple(carried), tuple(converted), tuple(fresh), tuple(dropped))
+    report = MigrationReport(
+        tuple(carried), tuple(converted), tuple(fresh), tuple(dropped), tuple(continued)
+    )
     if strict and not report.complete:
         raise CheckpointError(f"migrate(strict=True): not every value has a match\n{report}")
     return Migration(_unflatten_like(template, out), report)
+
+
+def unique_paths(who: str, state: Any) -> None:
+    """Refuse a state in which two values have one path (parameters `"a/b"` and `a` / `b`):
+    values are matched by path, so one parameter's would go to the other. The check and its
+    message are `state_dict`'s (`tree._paths.named_leaves`)."""
+    named_leaves(who, state, error=CheckpointError)
+
+
+def run_step(values: Sequence[Role]) -> int | None:
+    """The run's step in a state's values, as `inspect_state` reads it: its outermost scalar
+    integer `count` or `gradient_step` (None if it holds none, or only abstract ones)."""
+    best: tuple[int, int] | None = None
+    for role in values:
+        if role.field in _STEP_FIELDS and not role.param and _is_int_scalar(role.value):
+            if isinstance(role.value, jax.ShapeDtypeStruct):
+                continue
+            depth = role.key.count("/")
+            if best is None or depth < best[0]:
+                best = (depth, int(np.asarray(role.value)))
+    return None if best is None else best[1]
 
 
 def _is_int_scalar(x: Any) -> bool:
@@ -317,6 +351,7 @@ def source_values(
                 "value is; pass old_tx= (the optimizer that made it), or pass the state itself"
             )
         return roles(load_flat(old_template(), old)), "state dict"
+    unique_paths("migrate", old)
     return roles(old), "old state"
 
 

@@ -6,8 +6,9 @@ each value goes to the value of gradtx's state with the same class, field and pa
 Where the names differ, `OPTAX_STATE_NAMES` renames Optax's class to gradtx's. Where gradtx's
 state has a step count Optax's lacks (`TraceState`, `ScaleByRmsState`, the learning rate's
 `ScaleByScheduleState` of a constant rate, `WeightDecayState`), it is set to the Optax run's
-step. Anything else left over on either side means the two optimizers are not the same one,
-and is refused.
+step. Values Optax keeps in its state and gradtx in the optimizer (`OPTAX_CONSTANTS`: muon's
+`ns_coeffs`) are checked against `optax_tx` and left out. Anything else left over on either side
+means the two optimizers are not the same one, and is refused.
 """
 
 from __future__ import annotations
@@ -18,14 +19,16 @@ from itertools import zip_longest
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .._base._typing import OptState, Params
 from ._format import CheckpointError
-from ._migrate import _is_int_scalar, migrate_into
+from ._leaves import _is_key
+from ._migrate import _is_int_scalar, migrate_into, unique_paths
 from ._roles import Role, roles
 
-__all__ = ["OPTAX_STATE_NAMES", "from_optax_state"]
+__all__ = ["OPTAX_CONSTANTS", "OPTAX_STATE_NAMES", "from_optax_state"]
 
 # Optax state classes whose gradtx counterpart has another name (fields are the same; gradtx's
 # may add a `count`). Every other Optax state class has a gradtx class of the same name.
@@ -36,11 +39,20 @@ OPTAX_STATE_NAMES: Mapping[str, str] = {
     "ScaleByAdaDeltaState": "ScaleByAdadeltaState",  # adadelta
 }
 
+# Fields of Optax states that hold a hyperparameter, constant through the run, which gradtx
+# keeps in the transformation instead (an argument of the same name): not converted, but
+# checked against `optax_tx` (a state of other values comes from another optimizer).
+OPTAX_CONSTANTS: Mapping[str, tuple[str, ...]] = {
+    "MuonState": ("ns_coeffs",),  # optax.contrib.muon; gradtx.contrib.muon(ns_coeffs=...)
+}
+
 _LIMIT = 12
 _log = logging.getLogger("gradtx.checkpoint")
 
 
 def _dtype(value: Any) -> str:
+    if _is_key(value):
+        return str(value.dtype)  # key<fry>: a typed PRNG key is no NumPy dtype
     dtype = getattr(value, "dtype", None)
     return np.dtype(np.asarray(value).dtype if dtype is None else dtype).name
 
@@ -51,14 +63,20 @@ def _describe(role: Role) -> str:
 
 def _outline(node: Any, path: str = "") -> list[tuple[str, str]]:
     """(path, class name) of every NamedTuple state object in `node`, empty ones included (an
-    Optax `EmptyState` holds no value, so only this tells `lamb`'s state from `adam`'s)."""
+    Optax `EmptyState` holds no value, so only this tells `lamb`'s state from `adam`'s), in
+    JAX's order: a dict's keys sorted (an eagerly run `multi_transform` holds its sub-states in
+    the order of its labels, a jitted one sorted)."""
     if isinstance(node, tuple) and hasattr(node, "_fields"):
         items: Sequence[tuple[Any, Any]] = list(zip(node._fields, node, strict=True))
         found = [(path, type(node).__name__)]
     elif isinstance(node, tuple | list):
         items, found = list(enumerate(node)), []
     elif isinstance(node, Mapping):
-        items, found = list(node.items()), []
+        try:
+            items = sorted(node.items(), key=lambda item: item[0])
+        except TypeError:  # keys of several types: JAX cannot flatten it either
+            items = list(node.items())
+        found = []
     else:
         return []
     for key, child in items:
@@ -100,13 +118,49 @@ def _check_source(optax_state: Any, optax_tx: Any, params: Params) -> None:
         )
     have_outline, want_outline = _outline(optax_state), _outline(expected)
     if have_outline != want_outline:
-        pairs = zip_longest(have_outline, want_outline, fillvalue=("", ""))
-        diff = next((a, b) for a, b in pairs if a != b)
+        pairs = zip_longest(have_outline, want_outline)
+        got, made = next((a, b) for a, b in pairs if a != b)
+        if got is not None and made is not None and got[0] != made[0]:
+            what = (
+                f"differ: optax_state has a {got[1]} at {got[0]!r} where "
+                f"optax_tx.init(params) has a {made[1]} at {made[0]!r}"
+            )
+        else:  # at one path, or one outline ends
+            where = got[0] if got is not None else made[0] if made is not None else ""
+            what = (
+                f"differ at {where!r}: {got[1] if got else 'nothing'} in optax_state, "
+                f"{made[1] if made else 'nothing'} in optax_tx.init(params)"
+            )
         raise CheckpointError(
-            "from_optax_state: optax_state does not come from optax_tx: its state objects "
-            f"differ at {diff[0][0] or diff[1][0]!r}: {diff[0][1] or 'nothing'} in optax_state, "
-            f"{diff[1][1] or 'nothing'} in optax_tx.init(params){hint}"
+            f"from_optax_state: optax_state does not come from optax_tx: its state objects "
+            f"{what}{hint}"
         )
+
+
+def _constants(values: Sequence[Role], optax_tx: Any, params: Params) -> list[Role]:
+    """The values of `OPTAX_CONSTANTS` in the Optax state, checked equal to those
+    `optax_tx.init(params)` makes (computed alone, under jit: nothing else is allocated)."""
+    found = [r for r in values if r.field in OPTAX_CONSTANTS.get(r.kind, ()) and not r.param]
+    if not found:
+        return []
+    keys = {r.key for r in found}
+    shapes = jax.tree.map(lambda p: jax.ShapeDtypeStruct(np.shape(p), p.dtype), params)
+
+    def made() -> dict[str, Any]:
+        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        return {r.key: r.value for r in roles(optax_tx.init(zeros)) if r.key in keys}
+
+    expected = jax.jit(made)()
+    for role in found:
+        have, want = np.asarray(role.value), np.asarray(expected[role.key])
+        if not np.array_equal(have, want):
+            raise CheckpointError(
+                f"from_optax_state: optax_state does not come from optax_tx: {role.key!r} "
+                f"({role.name}) is {have.tolist()}, not the one optax_tx.init(params) makes "
+                f"({want.tolist()}); pass the Optax optimizer that made optax_state (and build "
+                f"tx with the same {role.field})"
+            )
+    return found
 
 
 def _step_of(values: Sequence[Role]) -> int | None:
@@ -141,9 +195,15 @@ def from_optax_state(
     counts that gradtx keeps and Optax does not (a constant learning rate's, `sgd`'s momentum
     trace's, `rmsprop`'s): those are set to the Optax run's step. Values are matched by what
     they are (state class, field, parameter path), as `gradtx.migrate` does; Optax's class
-    names are translated where gradtx's differ (`OPTAX_STATE_NAMES`). Host-side: not for use
-    under `jit`. The report (`gradtx.MigrationReport`) is logged to the `gradtx.checkpoint`
-    logger at level INFO.
+    names are translated where gradtx's differ (`OPTAX_STATE_NAMES`). The state of an eager
+    Optax run converts as a jitted one's does (an eager `multi_transform` holds its sub-states
+    in the order of its labels; JAX sorts them). A typed PRNG key (`optax.noisy_sgd`'s
+    `key<fry>`) goes on as the raw key data gradtx keeps (`AddNoiseState.rng_key`), so the
+    noise stream continues; a key of an implementation other than JAX's default is refused.
+    A hyperparameter that Optax keeps in its state and gradtx in `tx` (`OPTAX_CONSTANTS`:
+    `optax.contrib.muon`'s `ns_coeffs`) is checked against `optax_tx` and not converted:
+    build `tx` with the same value. Host-side: not for use under `jit`. The report
+    (`gradtx.MigrationReport`) is logged to the `gradtx.checkpoint` logger at level INFO.
 
     Args:
       optax_state: the Optax optimizer's state (concrete arrays), e.g. restored from an Optax
@@ -164,7 +224,9 @@ def from_optax_state(
     Raises:
       CheckpointError: `optax_state` does not come from `optax_tx`, or `tx` is not the same
         optimizer (a value left over on either side; the message names each by path and role,
-        e.g. `'0/mu/w' (ScaleByAdamState.mu[w])`), or a value's shape differs.
+        e.g. `'0/mu/w' (ScaleByAdamState.mu[w])`), or a value's shape differs, or two
+        parameters share a path (`"a/b"` next to `{"a": {"b": ...}}`: refused as
+        `gradtx.state_dict` refuses it, naming both).
 
     Example:
       >>> import gradtx, optax, jax.numpy as jnp
@@ -182,15 +244,23 @@ def from_optax_state(
       >>> int(state[1].count)  # the constant learning rate's step count, which Optax omits
       3
     """
+    unique_paths("from_optax_state", optax_state)
     _check_source(optax_state, optax_tx, params)
     values = roles(optax_state)
+    constants = {r.key for r in _constants(values, optax_tx, params)}
+    values = [r for r in values if r.key not in constants]
     if step is None:
         step = _step_of(values)
     template = tx.init(params)
+    unique_paths("from_optax_state", template)
     by_key = {role.key: role for role in roles(template)}
     try:
         state, report = migrate_into(
-            values, template, source="Optax state", aliases=OPTAX_STATE_NAMES, count=step
+            values,
+            template,
+            source="Optax state",
+            aliases=OPTAX_STATE_NAMES,
+            count=step,
         )
     except CheckpointError as e:
         raise CheckpointError(f"from_optax_state: {e}") from e

@@ -303,3 +303,71 @@ def short_keys(state: Any, paths: list[str]) -> list[str]:
             short[role.key] = key
     out = [short.get(path, path) for path in paths]
     return out if len(set(out)) == len(out) else list(paths)
+
+
+Token = tuple[str, tuple[str, ...]]
+
+
+def _align(old: list[Token], new: list[Token]) -> list[tuple[int, int]]:
+    """The earliest longest common subsequence of two token lists, as index pairs."""
+    n, m = len(old), len(new)
+    best = np.zeros((n + 1, m + 1), dtype=np.int64)
+    for i in range(n - 1, -1, -1):
+        for j in range(m - 1, -1, -1):
+            if old[i] == new[j]:
+                best[i, j] = best[i + 1, j + 1] + 1
+            else:
+                best[i, j] = max(best[i + 1, j], best[i, j + 1])
+    pairs, i, j = [], 0, 0
+    while i < n and j < m:
+        if old[i] == new[j] and best[i, j] == best[i + 1, j + 1] + 1:
+            pairs.append((i, j))
+            i, j = i + 1, j + 1
+        elif best[i + 1, j] >= best[i, j + 1]:
+            i += 1
+        else:
+            j += 1
+    return pairs
+
+
+def match_instances(
+    old: list[tuple[str, Token]], new: list[tuple[str, Token]], source: str
+) -> dict[str, str]:
+    """new instance path -> old instance path, for state objects given as (path, token) in
+    flattening order.
+
+    By role first: a token (class name and labels) that both lists hold equally often pairs
+    its instances in order, so a state object whose class occurs once on each side is matched
+    wherever it sits (two distinct stateful transformations may swap places). A token one side
+    holds more often than the other is placed by its position among the other state objects
+    (the longest common subsequence of the two lists); where that position does not decide
+    (the earliest and the latest alignments differ, e.g. one of two traces removed), the match
+    is refused rather than guessed.
+    """
+    otok, ntok = [t for _, t in old], [t for _, t in new]
+    pairs: list[tuple[int, int]] = []
+    aligned: tuple[list[tuple[int, int]], list[tuple[int, int]]] | None = None
+    for token in dict.fromkeys(ntok):
+        olds = [i for i, t in enumerate(otok) if t == token]
+        news = [j for j, t in enumerate(ntok) if t == token]
+        if not olds or len(olds) == len(news):
+            pairs.extend(zip(olds, news, strict=False))
+            continue
+        if aligned is None:
+            first = _align(otok, ntok)
+            last = [
+                (len(otok) - 1 - i, len(ntok) - 1 - j) for i, j in _align(otok[::-1], ntok[::-1])
+            ]
+            aligned = (first, last)
+        early, late = ([(i, j) for i, j in a if otok[i] == token] for a in aligned)
+        if sorted(early) != sorted(late) or len(early) != min(len(olds), len(news)):
+            kind = "".join(f"{label}:" for label in token[1]) + (token[0] or "leaf")
+            raise CheckpointError(
+                f"migrate: the {source} holds {len(olds)} {kind} states "
+                f"({[old[i][0] for i in olds][:4]}), the new optimizer {len(news)} "
+                f"({[new[j][0] for j in news][:4]}): which old one is which new one is "
+                "ambiguous; give the transformations distinct names with "
+                "gradtx.named_chain, or migrate the parts separately"
+            )
+        pairs.extend(early)
+    return {new[j][0]: old[i][0] for i, j in pairs}

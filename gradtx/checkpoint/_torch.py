@@ -97,16 +97,62 @@ _REFUSED = {
 _STEP_OWNER = ("ScaleByAdamState", "ScaleByRmsState", "ScaleByStddevState", "FactoredState")
 
 
+# Unsigned / signed integers of a float's width, to move its bits between NumPy and torch.
+_NUMPY_BITS = {1: np.uint8, 2: np.int16}
+_TORCH_BITS = {1: "uint8", 2: "int16"}
+
+
+def _low_float(name: str) -> np.dtype | None:
+    """The NumPy (ml_dtypes) dtype of a float format NumPy lacks natively (bfloat16, float8_*),
+    by its name, which torch and ml_dtypes share; None for any other name."""
+    try:
+        dtype = np.dtype(getattr(jax.numpy, name))
+    except (AttributeError, TypeError):
+        return None
+    jax_float = jax.dtypes.issubdtype(dtype, np.floating)
+    if not jax_float or np.issubdtype(dtype, np.floating) or dtype.itemsize not in _NUMPY_BITS:
+        return None
+    return dtype
+
+
 def _to_numpy(who: str, key: str, value: Any) -> np.ndarray:
+    """`value` as a NumPy array that owns its memory (torch steps its tensors in place)."""
     if hasattr(value, "detach"):  # a torch tensor, without importing torch
         value = value.detach().cpu()
-        if str(value.dtype) == "torch.bfloat16":
-            return np.asarray(value.float().numpy()).astype(jax.numpy.bfloat16)
-        return value.numpy()
+        name = str(value.dtype).removeprefix("torch.")
+        low = _low_float(name) if value.is_floating_point() else None
+        if low is not None:  # bfloat16, float8_*: bit for bit through an integer view
+            bits = value.view(getattr(_torch(), _TORCH_BITS[low.itemsize]))
+            return np.array(bits.numpy().view(low), copy=True)
+        try:
+            return np.array(value.numpy(), copy=True)
+        except TypeError as e:  # a dtype NumPy has no counterpart for
+            raise CheckpointError(
+                f"{who}: {key} is a torch.{name} tensor, a dtype gradtx cannot read ({e}); "
+                "convert the torch state to float32 first"
+            ) from None
     try:
-        return np.asarray(value)
+        return np.array(value, copy=True)
     except Exception as e:  # re-raised with the key
         raise CheckpointError(f"{who}: {key} is not an array ({e})") from None
+
+
+def _to_tensor(who: str, key: str, value: np.ndarray) -> Any:
+    """A torch tensor of `value`'s dtype and values (bit for bit), with its own memory."""
+    torch = _torch()
+    value = np.array(value, copy=True, order="C")
+    low = _low_float(value.dtype.name)
+    target = getattr(torch, value.dtype.name, None) if low is not None else None
+    if low is not None and isinstance(target, torch.dtype):  # bit for bit
+        return torch.from_numpy(value.view(_NUMPY_BITS[low.itemsize])).view(target)
+    try:
+        return torch.from_numpy(value)
+    except TypeError:  # a dtype torch has no counterpart for
+        raise CheckpointError(
+            f"{who}: {key} is {value.dtype.name}, a dtype torch {torch.__version__} does not "
+            "have; gradtx.migrate the state to an optimizer with float32 or bfloat16 moments "
+            "(mu_dtype=, nu_dtype=) first"
+        ) from None
 
 
 def _factor_axes(who: str, path: str, shape: tuple[int, ...], transposed: bool) -> dict[str, str]:
@@ -176,7 +222,9 @@ def from_torch_state_dict(
       strict: refuse unless every value of `tx`'s state (but counters) comes from torch.
 
     Returns:
-      `Migration(state, report)`.
+      `Migration(state, report)`; the state holds copies of torch's values (a later in-place
+      `opt.step()` does not change it), each in the dtype of `tx`'s state (torch's bfloat16
+      and float8 tensors are read bit for bit).
 
     Raises:
       CheckpointError: an unknown or unmappable torch key (named, with the fix), a parameter
@@ -393,7 +441,12 @@ def to_torch_state_dict(
 
     Returns:
       `{"state": {index: {key: torch.Tensor}}, "param_groups": [...]}` for
-      `optimizer.load_state_dict`.
+      `optimizer.load_state_dict`, each tensor a copy in its value's dtype (bfloat16 and
+      float8 bit for bit).
+
+    Raises:
+      CheckpointError: `state` is not `tx`'s state for `params`, `names` misses a parameter,
+        RMSprop's momentum without the group's `lr`, or a value of a dtype torch lacks.
     """
     who = "to_torch_state_dict"
     torch = _torch()
@@ -475,7 +528,7 @@ def to_torch_state_dict(
                 f"{who}: {role.key!r} ({role.name}) has no torch counterpart; supported: "
                 "the states of gradtx's adam, adamw, sgd, rmsprop, adagrad and adafactor"
             )
-        out[index][key] = torch.from_numpy(np.array(value, copy=True, order="C"))
+        out[index][key] = _to_tensor(who, f"{role.key!r} ({role.name})", value)
     if step is not None and not kinds <= {"TraceState", "ScaleByScheduleState"}:
         for entries in out.values():
             entries["step"] = torch.tensor(float(step), dtype=torch.float32)

@@ -131,8 +131,14 @@ def _parse_yaml(text: str, where: str) -> Any:
         line = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
         problem = " ".join(str(p) for p in (e.context, e.problem) if p)
         raise ConfigError(f"{where}{line}: invalid YAML: {problem}") from None
+    except yaml.reader.ReaderError as e:
+        # a character YAML does not allow (a NUL byte, a control character); `position` is its
+        # index in `text`, and the message's second line names PyYAML's "<unicode string>"
+        before = text[: e.position]
+        line = f":{before.count(chr(10)) + 1}:{len(before) - before.rfind(chr(10))}"
+        raise ConfigError(f"{where}{line}: invalid YAML: {str(e).splitlines()[0]}") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"{where}: invalid YAML: {e}") from None
+        raise ConfigError(f"{where}: invalid YAML: {' '.join(str(e).split())}") from None
     except RecursionError:
         raise ConfigError(f"{where}: invalid YAML: nested too deeply") from None
 

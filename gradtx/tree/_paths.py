@@ -55,20 +55,22 @@ def named_leaves(
     """`(path, leaf)` pairs in flattening order and the treedef, with every path unique.
 
     Two leaves can share a '/'-joined path (a dict key holding '/', or `{"a/b": x, "a": {"b":
-    y}}`); where paths are names (state dicts, checkpoints, orbax keys) that is an `error`
-    naming the path and the fix. A leaf at the root is named `root`.
+    y}}`); where paths are names (state dicts, checkpoints, orbax keys, `migrate`'s matching)
+    that is an `error` naming the path, both leaves by their key paths (`['a/b']` and
+    `['a']['b']`) and the fix. A leaf at the root is named `root`.
     """
     with_path, treedef = jtu.tree_flatten_with_path(tree, is_leaf=is_leaf)
     items: list[tuple[str, Any]] = []
-    seen: set[str] = set()
+    seen: dict[str, Any] = {}
     for key_path, leaf in with_path:
         key = path_str(key_path) or root
         if key in seen:
             raise error(
                 f"{who}: two leaves have the path {key!r}; rename the dict key that contains "
-                "'/' or that repeats a sibling's name"
+                f"'/' or that repeats a sibling's name (the leaves at {jtu.keystr(seen[key])} "
+                f"and {jtu.keystr(key_path)})"
             )
-        seen.add(key)
+        seen[key] = key_path
         items.append((key, leaf))
     return items, treedef
 
