@@ -140,10 +140,13 @@ def _dion_step(
     sign = jnp.where(jnp.diagonal(tri, axis1=-2, axis2=-1) < 0, -1.0, 1.0).astype(p.dtype)
     p = p * sign[..., None, :]
     r = _mT(b) @ p
-    # An all-zero B gives P = 0 and keeps Q (as the reference's fix_all_zero_or_nan).
+    # An all-zero B gives P = 0 and keeps Q (as the reference's fix_all_zero_or_nan). The
+    # reference also zeroes NaNs (its Cholesky QR gives them for a rank-deficient B; Householder
+    # QR does not): here a NaN comes only from a non-finite gradient, and it stays in P, R and
+    # the state, so that it reaches the update instead of a finite step from a poisoned state.
     zero = jnp.all(b == 0, axis=(-2, -1), keepdims=True)
-    p = jnp.where(zero, 0.0, jnp.nan_to_num(p))
-    r = jnp.where(zero, q, jnp.nan_to_num(r))
+    p = jnp.where(zero, 0.0, p)
+    r = jnp.where(zero, q, r)
     m_new = b - (1 - mu) * (p @ _mT(r))
     q_new = r / (_column_norms(r) + eps)
     return p, m_new, q_new
@@ -243,7 +246,9 @@ def scale_by_dion(
     column normalisation. Differences: the reference orthonormalises tall P by randomised
     Cholesky QR (a sketch), here by Householder QR with the same sign convention (the same P in
     exact arithmetic); the reference's rank uses `math.ceil(rank_fraction * n)` where
-    0.3 * 10 rounds up to 4, here 3.
+    0.3 * 10 rounds up to 4, here 3; the reference zeroes NaNs in :math:`P` and :math:`R`
+    (which its Cholesky QR gives for a rank-deficient :math:`B`), here a NaN (only from a
+    non-finite gradient) reaches the update and the state, as in Muon.
     """
     who = "scale_by_dion"
     _check_rank(who, rank, rank_fraction, rank_multiple_of)

@@ -71,14 +71,20 @@ class MuonState(NamedTuple):
 
 
 def _matrix_axes(
-    who: str, shape: tuple[int, ...], dims: MuonDimensionNumbers | None
+    who: str,
+    shape: tuple[int, ...],
+    dims: MuonDimensionNumbers | None,
+    *,
+    otherwise: str = "leave it out of Muon",
 ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    """(batch, reduction, output) axes of a leaf of `shape` (None: a plain matrix)."""
+    """(batch, reduction, output) axes of a leaf of `shape` (None: a plain matrix);
+    `otherwise` completes the error for a leaf that is not a matrix (the caller's other fix)."""
     if dims is None:
         if len(shape) != 2:
             raise ValueError(
                 f"{who}: a parameter of shape {shape} is not a matrix; give it "
-                "MuonDimensionNumbers (weight_dimension_numbers) or leave it out of Muon"
+                "MuonDimensionNumbers (weight_dimension_numbers: which axes form the matrix, "
+                f"the others are batch axes) or {otherwise}"
             )
         dims = MuonDimensionNumbers()
     if len(shape) < 2:

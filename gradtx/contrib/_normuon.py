@@ -72,8 +72,12 @@ class MatrixView(NamedTuple):
     reduction_shape: tuple[int, ...]
 
 
-def matrix_view(who: str, shape: tuple[int, ...], dims: Any) -> MatrixView:
-    batch, red, out = _matrix_axes(who, tuple(shape), dims)
+def matrix_view(
+    who: str, shape: tuple[int, ...], dims: Any, *, otherwise: str = "leave it out of NorMuon"
+) -> MatrixView:
+    """The leaf of `shape` as a stack of matrices; `otherwise` completes the error for a leaf
+    that is not a matrix and has no dimension numbers (the caller's other fix)."""
+    batch, red, out = _matrix_axes(who, tuple(shape), dims, otherwise=otherwise)
     return MatrixView(
         order=batch + red + out,
         batch_shape=tuple(shape[a] for a in batch),
@@ -96,9 +100,11 @@ def from_matrices(m: jax.Array, view: MatrixView, shape: tuple[int, ...]) -> jax
 
 
 def _safe_div(x: jax.Array, d: jax.Array) -> jax.Array:
-    """`x / d`, 0 where `d` is 0 (all-zero updates stay 0 even with eps = 0)."""
-    ok = d > 0
-    return jnp.where(ok, x / jnp.where(ok, d, 1.0), 0.0)
+    """`x / d`, 0 where `d` is 0 (all-zero updates stay 0 even with eps = 0). Only an exact 0
+    is guarded: a NaN or infinite `d` (from a non-finite gradient) gives `x / d`, so the
+    non-finite value reaches the update instead of becoming a silent 0."""
+    zero = d == 0
+    return jnp.where(zero, 0.0, x / jnp.where(zero, 1.0, d))
 
 
 def unit_peak(x: jax.Array) -> jax.Array:
@@ -161,7 +167,8 @@ def scale_by_normuon(
     adds Muon's width scaling :math:`\sqrt{\max(1, n_{out}/n_{in})}`). Neither moment is bias
     corrected (the paper's rule; the final rescale makes a uniform correction moot). Batch axes
     (stacked layers, experts) are independent matrices, each with its own rows' statistics and
-    its own rescale. A zero update stays zero (no 0/0, even with eps = 0).
+    its own rescale. A zero update stays zero (no 0/0, even with eps = 0); a non-finite gradient
+    gives a non-finite update (and state), as in Muon, never a silent zero.
 
     Args:
       ns_coeffs: Newton-Schulz coefficients, a table of rows of them, or a preset name

@@ -73,7 +73,13 @@ def _lmo_step(who, norm, d, dims, table, eps, scale):
             y = unit_peak(d.reshape(1, 1, -1)).reshape(d.shape)
             s = _safe_div(y, jnp.sqrt(jnp.mean(jnp.square(y))) + eps) if d.size else d
         return scale(s, jnp.sum(d * s))
-    view = matrix_view(who, d.shape, dims)
+    view = matrix_view(
+        who,
+        d.shape,
+        dims,
+        otherwise=f"a norm that takes any shape instead of {norm!r} ('bias_rms' or 'none'; "
+        "in `scion`, 'adamw', which 'auto' picks for such a leaf)",
+    )
     x = to_matrices(d, view)
     y = unit_peak(x)  # the same directions, without overflow or underflow in the squares
     fin, fout = view.fan_in, view.fan_out
@@ -220,9 +226,7 @@ def scale_by_scion(
             def scale(s, dual, rho=rho, l0=l0, l1=l1):
                 if not gluon:
                     return rho * s
-                denom = l0 + l1 * dual
-                ok = denom > 0
-                return rho * jnp.where(ok, dual / jnp.where(ok, denom, 1.0), 0.0) * s
+                return rho * _safe_div(dual, l0 + l1 * dual) * s
 
             u = _lmo_step(who, _leaf_norm(n, g.ndim), m32, d, table, eps, scale)
             new_updates.append(u.astype(g.dtype))

@@ -60,11 +60,12 @@ class ScaleBySoapState(NamedTuple):
     of the dimension they act on (rows / reduction side first, then columns / output side), each
     of shape `(*batch_axes, k, k)`; a dimension that is not preconditioned (k > max_precond_dim,
     or a vector without `precondition_1d`) holds a `(*batch_axes, 0, 0)` placeholder, a scalar an
-    empty tuple. `mu` and `nu` have the parameter's shape (`nu` in the rotated basis).
+    empty tuple. `mu` and `nu` have the parameter's shape, both in the rotated basis (the view's
+    sides in the coordinates of `bases`, transposed back to the parameter's axes).
     """
 
     count: jax.Array  # type: ignore[assignment]  # int32, saturating; 1 after the first step
-    mu: Updates  # EMA of g in the parameter's basis, dtype mu_dtype or the params'
+    mu: Updates  # EMA of the rotated g' (the rotated basis), dtype mu_dtype or the params'
     nu: Updates  # EMA of the rotated g'^2 (the rotated basis), dtype nu_dtype or the params'
     factors: Any  # per leaf (L, R): EMAs of G G^T and G^T G, preconditioner_dtype
     bases: Any  # per leaf (Q_L, Q_R): their eigenbases (columns by decreasing eigenvalue)
@@ -178,6 +179,16 @@ def _power_qr(p: jax.Array, q: jax.Array) -> tuple[jax.Array, jax.Array]:
     return jnp.linalg.qr(power)[0], order
 
 
+def _change_basis(
+    x: jax.Array, q_old: jax.Array, q_new: jax.Array, plan: _Plan, i: int
+) -> jax.Array:
+    """`x` (the view, side `i` in the basis `q_old`) with side `i` in the basis `q_new`:
+    `Q_new^T Q_old X` along that side."""
+    r = len(plan.sides)
+    y = jnp.moveaxis(x, i - r, -1)
+    return jnp.moveaxis(y @ (jnp.swapaxes(q_old, -1, -2) @ q_new), -1, i - r)
+
+
 def _permuted(v: jax.Array, order: jax.Array, plan: _Plan, i: int) -> jax.Array:
     """`v` (the view) with side `i`'s entries in `order` (the refreshed basis's columns)."""
     r = len(plan.sides)
@@ -207,10 +218,10 @@ def scale_by_soap(
 
     .. math::
 
-      G'_t = Q_L^\top G_t Q_R, \qquad M_t = \beta_1 M_{t-1} + (1-\beta_1) G_t, \qquad
+      G'_t = Q_L^\top G_t Q_R, \qquad M'_t = \beta_1 M'_{t-1} + (1-\beta_1) G'_t, \qquad
       V_t = \beta_2 V_{t-1} + (1-\beta_2) G'^{\,2}_t, \\
       u_t = \frac{\sqrt{1-\beta_2^s}}{1-\beta_1^s}\;
-      Q_L \frac{Q_L^\top M_t Q_R}{\sqrt{V_t} + \epsilon} Q_R^\top, \\
+      Q_L \frac{M'_t}{\sqrt{V_t} + \epsilon} Q_R^\top, \\
       L_t = \beta_s L_{t-1} + (1-\beta_s) G_t G_t^\top, \qquad
       R_t = \beta_s R_{t-1} + (1-\beta_s) G_t^\top G_t,
 
@@ -219,14 +230,24 @@ def scale_by_soap(
     (R_t, Q_R)`, the columns of :math:`PQ` sorted by decreasing :math:`\mathrm{diag}(Q^\top P
     Q)` and :math:`V_t`'s rows (columns) permuted in the same order, so that each entry of
     :math:`V` stays with its basis vector (the re-projection of the authors' code; a diagonal
-    second moment has no exact rotation). The first step (:math:`t = 1`) only accumulates
-    :math:`L_1, R_1` and sets the bases to their eigenvectors (`eigh`, decreasing eigenvalues);
-    its update is 0, as in the authors' code ("so that we never use the current gradients in the
-    projection") and `pytorch_optimizer.SOAP`. The refresh runs under `jax.lax.switch` (one
-    compiled step; the common step computes no decomposition); eigh and QR run in float32 (or
-    float64 for float64 factors) on all the batch entries at once, whatever
-    `preconditioner_dtype` stores. With `normalize_gradient` each leaf's :math:`u_t` is divided by
-    its RMS + :math:`\epsilon`.
+    second moment has no exact rotation), and :math:`M'` is rotated into the new bases,
+    :math:`M' \leftarrow Q_L^{\text{new}\top} Q_L M' Q_R^\top Q_R^{\text{new}}`.
+
+    :math:`M'_t = Q_L^\top M_t Q_R` for the first moment :math:`M_t` of the authors' code, which
+    keeps :math:`M` in the parameter's basis: the same numbers in exact arithmetic, but stored
+    rotated, the rounding of a low-precision `mu_dtype` (bfloat16, 8 bits) is relative to each
+    rotated entry. Rounded in the parameter's basis and then rotated, it would put up to 2^-8
+    (bf16) of :math:`|M|` into the directions where the gradient has no component and
+    :math:`V \approx 0`; divided by :math:`\sqrt{V} + \epsilon` there, that rounding would take
+    steps of hundreds to thousands of learning rates.
+
+    The first step (:math:`t = 1`) only accumulates :math:`L_1, R_1` and sets the bases to their
+    eigenvectors (`eigh`, decreasing eigenvalues); its update is 0, as in the authors' code ("so
+    that we never use the current gradients in the projection") and `pytorch_optimizer.SOAP`.
+    The refresh runs under `jax.lax.switch` (one compiled step; the common step computes no
+    decomposition); eigh and QR run in float32 (or float64 for float64 factors) on all the batch
+    entries at once, whatever `preconditioner_dtype` stores. With `normalize_gradient` each
+    leaf's :math:`u_t` is divided by its RMS + :math:`\epsilon`.
 
     Leaves: a matrix side longer than `max_precond_dim` is not rotated (identity); a vector gets
     one factor with `precondition_1d` (else plain Adam, identity); a scalar is plain Adam (all
@@ -243,7 +264,7 @@ def scale_by_soap(
       b2: :math:`\beta_2` in [0, 1), decay of the rotated second moment.
       shampoo_beta: :math:`\beta_s` in [0, 1), decay of the factors; None uses `b2`.
       eps: :math:`\epsilon` >= 0.
-      mu_dtype: dtype of :math:`M` (default: the params'), or a `gradtx.quantized()` spec.
+      mu_dtype: dtype of :math:`M'` (default: the params'), or a `gradtx.quantized()` spec.
       precondition_frequency: :math:`f` >= 1, Adam steps between basis refreshes.
       max_precond_dim: >= 1; a matrix side longer than this is not rotated.
       precondition_1d: give vectors a (k x k) factor and basis (k <= max_precond_dim).
@@ -338,23 +359,23 @@ def scale_by_soap(
         else:
             step = jnp.ones([], jnp.float32)
 
-        out, new_mu, new_factors, views_v = [], [], [], []
+        out, new_factors, views_m, views_v = [], [], [], []
         for g, m, v, fs, qs, plan in zip(
             leaves, mus, nus, factors, bases, leaf_plans, strict=False
         ):
             shape = g.shape
             gv = _to_view(widen(g), plan)
             q32 = [widen(q) for q in qs]
-            m_read = read(m)
-            m_old, v_old = _to_view(m_read, plan), _to_view(read(v), plan)
-            m32 = widen(ema(b1, gv, m_old))
-            v32 = widen(ema(b2, jnp.square(_rotate(gv, q32, plan, back=False)), v_old))
-            n = _rotate(_rotate(m32, q32, plan, False) / (jnp.sqrt(v32) + eps), q32, plan, True)
+            m_old, v_old = _to_view(read(m), plan), _to_view(read(v), plan)
+            g_rot = _rotate(gv, q32, plan, back=False)
+            m32 = widen(ema(b1, g_rot, m_old))
+            v32 = widen(ema(b2, jnp.square(g_rot), v_old))
+            n = _rotate(m32 / (jnp.sqrt(v32) + eps), q32, plan, True)
             if normalize_gradient:  # before the step factor, as the reference
                 n = n / (jnp.sqrt(jnp.mean(jnp.square(n))) + eps)
             n = n * step
             out.append(jnp.where(first, 0.0, _from_view(n, plan, shape)).astype(g.dtype))
-            new_mu.append(store(jnp.where(first, widen(m_read), _from_view(m32, plan, shape)), m))
+            views_m.append(jnp.where(first, widen(m_old), m32))
             views_v.append(jnp.where(first, widen(v_old), v32))
             new_factors.append(
                 tuple(
@@ -364,40 +385,54 @@ def scale_by_soap(
             )
 
         def keep(operands):
-            _, qs_all, vs = operands
-            return qs_all, vs
+            _, qs_all, ms, vs = operands
+            return qs_all, ms, vs
 
         def initial(operands):
-            fs_all, qs_all, vs = operands
-            new_qs = [
-                tuple(
-                    _eigenbasis(widen(f)).astype(q.dtype) if on else q
-                    for f, q, on in zip(fs, qs, plan.active, strict=False)
-                )
-                for fs, qs, plan in zip(fs_all, qs_all, leaf_plans, strict=False)
-            ]
-            return new_qs, vs
+            fs_all, qs_all, ms, vs = operands
+            new_qs, new_ms = [], []
+            for fs, qs, m, plan in zip(fs_all, qs_all, ms, leaf_plans, strict=False):
+                leaf_qs = []
+                for i, (f, q, on) in enumerate(zip(fs, qs, plan.active, strict=False)):
+                    if not on:
+                        leaf_qs.append(q)
+                        continue
+                    q_new = _eigenbasis(widen(f)).astype(q.dtype)
+                    leaf_qs.append(q_new)
+                    m = _change_basis(m, widen(q), widen(q_new), plan, i)
+                new_qs.append(tuple(leaf_qs))
+                new_ms.append(m)
+            return new_qs, new_ms, vs
 
         def refreshed(operands):
-            fs_all, qs_all, vs = operands
-            new_qs, new_vs = [], []
-            for fs, qs, v, plan in zip(fs_all, qs_all, vs, leaf_plans, strict=False):
+            fs_all, qs_all, ms, vs = operands
+            new_qs, new_ms, new_vs = [], [], []
+            for fs, qs, m, v, plan in zip(fs_all, qs_all, ms, vs, leaf_plans, strict=False):
                 leaf_qs = []
                 for i, (f, q, on) in enumerate(zip(fs, qs, plan.active, strict=False)):
                     if not on:
                         leaf_qs.append(q)
                         continue
                     q_new, order = _power_qr(widen(f), widen(q))
-                    leaf_qs.append(q_new.astype(q.dtype))
+                    q_new = q_new.astype(q.dtype)
+                    leaf_qs.append(q_new)
+                    m = _change_basis(m, widen(q), widen(q_new), plan, i)
                     v = _permuted(v, order, plan, i)
                 new_qs.append(tuple(leaf_qs))
+                new_ms.append(m)
                 new_vs.append(v)
-            return new_qs, new_vs
+            return new_qs, new_ms, new_vs
 
         branch = jnp.where(first, 1, jnp.where(refresh, 2, 0))
-        new_bases, views_v = jax.lax.switch(
-            branch, (keep, initial, refreshed), (new_factors, [tuple(q) for q in bases], views_v)
+        new_bases, views_m, views_v = jax.lax.switch(
+            branch,
+            (keep, initial, refreshed),
+            (new_factors, [tuple(q) for q in bases], views_m, views_v),
         )
+        new_mu = [
+            store(_from_view(m32, plan, g.shape), m)
+            for m32, m, plan, g in zip(views_m, mus, leaf_plans, leaves, strict=False)
+        ]
         new_nu = [
             store(_from_view(v32, plan, g.shape), v)
             for v32, v, plan, g in zip(views_v, nus, leaf_plans, leaves, strict=False)

@@ -1,6 +1,8 @@
 """Moment dtypes of gradtx.contrib: integer dtypes are refused at construction, naming the
 factory and the way to 8 bits; `gradtx.quantized()` EMA moments (ADOPT's, AdEMAMix's, Sophia's,
-Muon's momentum, ACProp's second moment) are stored in 8 bits and follow the float32 run."""
+Muon's momentum, ACProp's second moment) are stored in 8 bits and follow the float32 run. And
+the documented difference from Optax that every bf16 moment shares (Adam's, pinned here): the
+update is computed from the moment as stored."""
 
 from __future__ import annotations
 
@@ -106,3 +108,36 @@ def test_quantized_state_inits_from_shapes_and_keeps_its_layout(name):
     _, new = jax.jit(lambda g, s, p: tx.update(g, s, p, **extra))(grads, state, params)
     assert jax.tree.structure(new) == jax.tree.structure(state)
     assert [x.dtype for x in jax.tree.leaves(new)] == [x.dtype for x in jax.tree.leaves(state)]
+
+
+def test_bf16_mu_adam_updates_from_the_stored_moment_and_differs_from_optax_by_its_rounding():
+    # docs/migration.md, row "moments-as-stored": gradtx's update is computed from the bf16 mu
+    # it stores, Optax's from the float32 mu before rounding; the states are the same, and the
+    # updates differ by the rounding of mu alone: at most 2^-8 (bf16's unit roundoff) of each
+    # update, and not 0.
+    optax = pytest.importorskip("optax")
+    lr, b1, b2, eps = 1e-2, 0.9, 0.999, 1e-8
+    rng = np.random.default_rng(0)
+    params = {"w": jnp.asarray(rng.standard_normal((4, 16)), jnp.float32)}
+    grads = jnp.asarray(rng.standard_normal((20, 4, 16)), jnp.float32)
+    tx, ref = gradtx.adam(lr, mu_dtype=jnp.bfloat16), optax.adam(lr, mu_dtype=jnp.bfloat16)
+    step, ref_step = jax.jit(tx.update), jax.jit(ref.update)
+    state, ref_state = tx.init(params), ref.init(params)
+    largest = 0.0
+    for t in range(1, len(grads) + 1):
+        g = {"w": grads[t - 1]}
+        u, state = step(g, state)
+        ref_u, ref_state = ref_step(g, ref_state)
+        mu, nu = gradtx.tree.get(state, "mu")["w"], gradtx.tree.get(state, "nu")["w"]
+        assert mu.dtype == jnp.bfloat16
+        np.testing.assert_array_equal(np.asarray(mu), np.asarray(ref_state[0].mu["w"]))
+        np.testing.assert_array_equal(np.asarray(nu), np.asarray(ref_state[0].nu["w"]))
+        m = np.float64(mu.astype(jnp.float32)) / (1 - b1**t)
+        v = np.float64(nu) / (1 - b2**t)
+        want = -lr * m / (np.sqrt(v) + eps)  # from the stored (rounded) moment
+        # rtol 5e-5: float32 bias corrections (1 - 0.999^t cancels), 80x below bf16's rounding.
+        np.testing.assert_allclose(np.asarray(u["w"]), want, rtol=5e-5, atol=1e-9)
+        diff = np.abs(np.float64(u["w"]) - np.float64(ref_u["w"]))
+        assert np.all(diff <= 2.0**-8 * np.abs(np.float64(ref_u["w"])) * (1 + 1e-4) + 1e-9), t
+        largest = max(largest, float(diff.max()))
+    assert 1e-6 < largest < 5e-5, largest  # about 3e-5 at lr 1e-2

@@ -379,11 +379,24 @@ def test_invalid_hyperparameters_raise_at_construction(make, message):
         make()
 
 
-def test_a_3d_leaf_without_dimension_numbers_names_the_fix():
-    tx = scale_by_scion()
+@pytest.mark.parametrize(
+    ("make", "prefix", "norm"),
+    [
+        (scale_by_scion, "scale_by_scion", "spectral"),
+        (lambda: scion(LR, norm="col"), r"scion: .*scale_by_scion", "col"),
+    ],
+    ids=["primitive", "alias"],
+)
+def test_a_3d_leaf_without_dimension_numbers_names_scion_and_the_fix(make, prefix, norm):
+    tx = make()
     g = {"w": jnp.ones((2, 3, 4))}
-    with pytest.raises(ValueError, match="not a matrix; give it MuonDimensionNumbers"):
-        tx.update(g, tx.init(g))
+    message = (
+        rf"^{prefix}: a parameter of shape \(2, 3, 4\) is not a matrix; give it "
+        r"MuonDimensionNumbers \(weight_dimension_numbers.*\) or a norm that takes any shape "
+        rf"instead of '{norm}' \('bias_rms' or 'none'; in `scion`, 'adamw'.*\)$"
+    )
+    with pytest.raises(ValueError, match=message):
+        tx.update(g, tx.init(g), g)
 
 
 def test_alias_sends_rank_3_leaves_without_dimension_numbers_to_adamw():
