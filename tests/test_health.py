@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import gradtx
+from gradtx import contrib
 
 SCHED = gradtx.schedules.linear_schedule(1e-2, 1e-3, 20)
 T = 5  # steps of the scans
@@ -114,6 +115,7 @@ _PER_LEAF_KEYS = sorted(
     for leaf in LEAVES
 )
 
+# sorted: `metrics` gives its keys in the order a dict has when it leaves `jit`
 EXPECTED_KEYS = {
     "clip_adamw": ["step", "learning_rate"],
     "finite": [
@@ -141,6 +143,9 @@ EXPECTED_KEYS = {
     "multi": ["step", "inner_states/a/1/learning_rate", "inner_states/b/1/learning_rate"],
     "named": ["step", "opt/1/learning_rate", "extra/learning_rate"],
 }
+
+
+EXPECTED_KEYS = {name: sorted(keys) for name, keys in EXPECTED_KEYS.items()}
 
 
 @functools.cache
@@ -176,7 +181,7 @@ def test_learning_rate_is_the_schedule_at_count_minus_one_and_matches_inject_hyp
     m, mi, stored, u, ui = run(grads)
     expected = np.array([_sched(t) for t in range(steps)])
     assert len(set(expected.tolist())) == steps  # the schedule moves every step
-    assert set(m) == {"step", "learning_rate"}
+    assert list(m) == ["learning_rate", "step"]
     np.testing.assert_array_equal(m["step"], np.arange(1, steps + 1))
     np.testing.assert_allclose(m["learning_rate"], expected, rtol=1e-6)
     np.testing.assert_allclose(m["learning_rate"], stored["learning_rate"], rtol=1e-6)
@@ -186,7 +191,7 @@ def test_learning_rate_is_the_schedule_at_count_minus_one_and_matches_inject_hyp
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-8)
 
     m0 = gradtx.metrics(tx, tx.init(PARAMS))
-    assert list(m0) == ["step", "learning_rate"]
+    assert list(m0) == ["learning_rate", "step"]
     assert int(m0["step"]) == 0
     np.testing.assert_allclose(m0["learning_rate"], _sched(0), rtol=1e-6)
 
@@ -198,7 +203,7 @@ def test_constant_learning_rate(lr):
     g = _step_slice(GRADS, 0)
     for step in range(3):
         m = gradtx.metrics(tx, state)
-        assert list(m) == ["step", "learning_rate"]
+        assert list(m) == ["learning_rate", "step"]
         assert int(m["step"]) == step
         assert m["learning_rate"].dtype == jnp.float32
         np.testing.assert_allclose(m["learning_rate"], np.float32(lr), rtol=1e-7)
@@ -210,8 +215,11 @@ def test_two_learning_rates_get_path_prefixed_keys(name):
     tx, run = _runner(name)
     _, (_, _, m) = run(tx.init(PARAMS), GRADS)
     assert list(gradtx.metrics(tx, tx.init(PARAMS))) == EXPECTED_KEYS[name]
-    assert set(m) == set(EXPECTED_KEYS[name])
-    scheduled, constant = EXPECTED_KEYS[name][1], EXPECTED_KEYS[name][2]
+    assert list(m) == EXPECTED_KEYS[name]
+    scheduled, constant = {
+        "multi": ("inner_states/a/1/learning_rate", "inner_states/b/1/learning_rate"),
+        "named": ("opt/1/learning_rate", "extra/learning_rate"),
+    }[name]
     np.testing.assert_allclose(m[scheduled], [_sched(t) for t in range(T)], rtol=1e-6)
     np.testing.assert_allclose(m[constant], np.full(T, 1e-3 if name == "multi" else 0.5))
     np.testing.assert_array_equal(m["step"], np.arange(1, T + 1))
@@ -227,7 +235,7 @@ def test_keys_stable_through_steps_jit_and_checkpoint_resume(name):
     state, (_, _, stacked) = run(init, GRADS)
     eager = gradtx.metrics(tx, state)  # on the state out of jit (dicts rebuilt sorted)
     assert list(eager) == expected
-    assert set(stacked) == set(expected)  # computed inside the jitted step
+    assert list(stacked) == expected  # computed inside the jitted step: the same order
     for key in expected:  # the same values under jit as eagerly
         assert np.shape(stacked[key]) == (T,)
         np.testing.assert_array_equal(stacked[key][-1], eager[key], err_msg=key)
@@ -516,7 +524,7 @@ def _metric_stream(steps):
 
 
 STREAM = _metric_stream(7)
-STREAM_KEYS = ["step", "grad_norm", "update_norm", "learning_rate"]
+STREAM_KEYS = ["grad_norm", "learning_rate", "step", "update_norm"]
 
 
 class FakeWriter:
@@ -661,3 +669,126 @@ def test_clip_fraction_of_measured_and_stateful_clips():
         np.testing.assert_allclose(float(m["clip_fraction/0"]), want_elementwise, atol=1e-6)
         np.testing.assert_allclose(float(m["clip_fraction/1"]), want_history, atol=1e-6)
     assert float(m["clip_fraction/0"]) > 0 and float(m["clip_fraction/1"]) > 0
+
+
+# -- 5. what metrics see inside MultiSteps, monolithic optimizers and partitions ------------------
+
+
+def test_metrics_and_with_metrics_see_inside_multisteps():
+    ms = gradtx.wrappers.MultiSteps(gradtx.adamw(SCHED), every_k_schedule=2)
+    as_tx = ms.gradient_transformation()
+    state = ms.init(PARAMS)
+    for t in range(3):
+        _, state = ms.update(_step_slice(GRADS, t), state, PARAMS)
+    want = gradtx.metrics(as_tx, state)
+    assert list(want) == ["gradient_step", "learning_rate", "micro_step", "step"]
+    assert int(want["micro_step"]) == 1 and int(want["gradient_step"]) == 1
+    np.testing.assert_allclose(want["learning_rate"], _sched(0), rtol=1e-6)
+    got = gradtx.metrics(ms, state)
+    assert list(got) == list(want)
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    chained = gradtx.chain(ms)
+    assert list(gradtx.metrics(chained, (state,))) == list(want)
+    wm = gradtx.with_metrics(ms)
+    ws = wm.init(PARAMS)
+    for t in range(3):
+        _, ws = wm.update(_step_slice(GRADS, t), ws, PARAMS)
+    m = gradtx.metrics(wm, ws)
+    assert {"micro_step", "gradient_step", "learning_rate"} <= set(m)
+    np.testing.assert_array_equal(m["micro_step"], want["micro_step"])
+
+
+def _lr_cases():
+    return {
+        "optimistic_adam": lambda s: gradtx.optimistic_adam(s),
+        "fromage": lambda s: gradtx.fromage(s),
+        "madgrad": lambda s: contrib.madgrad(s),
+        "momo": lambda s: contrib.momo(s),
+        "momo_adam": lambda s: contrib.momo_adam(s),
+        "prodigy": lambda s: contrib.prodigy(s),
+        "dadapt_adamw": lambda s: contrib.dadapt_adamw(s),
+        "schedule_free": lambda s: contrib.schedule_free(gradtx.sgd(0.1), s),
+    }
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize("name", list(_lr_cases()))
+def test_learning_rate_of_monolithic_and_adaptive_optimizers(name):
+    # the schedule's value at the latest update (schedule_free calls its schedule from 1, as
+    # Optax); the D-adapted ones add the step size they adapted, d * learning_rate
+    tx = _lr_cases()[name](SCHED)
+    first = 1 if name == "schedule_free" else 0
+    state = tx.init(PARAMS)
+    m = gradtx.metrics(tx, state)
+    np.testing.assert_allclose(m["learning_rate"], _sched(first), rtol=1e-6)
+    for t in range(3):
+        _, state = tx.update(_step_slice(GRADS, t), state, PARAMS, value=jnp.asarray(2.0))
+        m = gradtx.metrics(tx, state)
+        np.testing.assert_allclose(m["learning_rate"], _sched(t + first), rtol=1e-6, err_msg=name)
+    jitted = jax.jit(lambda s: gradtx.metrics(tx, s))(state)
+    assert list(jitted) == list(m)
+    if name in ("prodigy", "dadapt_adamw"):
+        d = float(state.estim_lr)  # the estimate after the latest update (1e-6 at the start)
+        np.testing.assert_allclose(m["effective_learning_rate"], d * _sched(2), rtol=1e-6)
+    if name == "optimistic_adam":
+        assert "2/learning_rate" not in m  # the last link only flips the sign
+        np.testing.assert_allclose(m["optimism"], _sched(2), rtol=1e-6)
+
+
+def _per_leaf_moments(tx, params, grads):
+    wm = gradtx.with_metrics(tx, per_leaf=True)
+    state = wm.init(params)
+    keys = list(gradtx.metrics(wm, state))
+    _, state = wm.update(grads, state, params)
+    m = gradtx.metrics(wm, state)
+    assert list(m) == keys
+    moments = {k: v for k, v in m.items() if "_norm/" in k and not k.startswith("grad_")}
+    return {k: v for k, v in moments.items() if not k.startswith("update_")}, state.inner_state
+
+
+@pytest.mark.parametrize("bare", [False, True], ids=["dict", "bare"])
+def test_with_metrics_per_leaf_moments_of_a_single_leaf(bare):
+    params = jnp.arange(1.0, 4.0) if bare else {"w": jnp.arange(1.0, 4.0)}
+    grads = jax.tree.map(lambda p: 0.5 * p, params)
+    got, inner = _per_leaf_moments(gradtx.adam(0.1), params, grads)
+    leaf = "<root>" if bare else "w"
+    assert sorted(got) == [f"mu_norm/{leaf}", f"nu_norm/{leaf}"]
+    mu, nu = jax.tree.leaves(inner[0].mu)[0], jax.tree.leaves(inner[0].nu)[0]
+    np.testing.assert_allclose(got[f"mu_norm/{leaf}"], _np_norm([mu]), rtol=1e-6)
+    np.testing.assert_allclose(got[f"nu_norm/{leaf}"], _np_norm([nu]), rtol=1e-6)
+
+
+def test_with_metrics_per_leaf_moments_across_partitions_and_masks():
+    g = _step_slice(GRADS, 1)
+    # muon: a multi_transform of muon (the kernels, momentum `mu`) and adam (the biases)
+    got, inner = _per_leaf_moments(contrib.muon(0.02), PARAMS, g)
+    biases = ["dense/bias", "out/bias"]
+    assert sorted(got) == sorted(
+        [f"mu_norm/{p}" for p in LEAVES] + [f"nu_norm/{p}" for p in biases]
+    )
+    adam, muon = inner.inner_states["adam"][0], inner.inner_states["muon"][0]
+    mu = {**_leaves_by_path(adam.mu), **_leaves_by_path(muon.mu)}
+    for p in LEAVES:
+        np.testing.assert_allclose(got[f"mu_norm/{p}"], _np_norm([mu[p]]), rtol=1e-6, err_msg=p)
+    for p in biases:
+        want = _np_norm([_leaves_by_path(adam.nu)[p]])
+        np.testing.assert_allclose(got[f"nu_norm/{p}"], want, rtol=1e-6, err_msg=p)
+    # masked: the masked-out subtree has no moments, and no key
+    got, inner = _per_leaf_moments(
+        gradtx.masked(gradtx.adam(0.1), {"dense": True, "out": False}), PARAMS, g
+    )
+    assert sorted(got) == sorted(
+        f"{k}_norm/dense/{p}" for k in ("mu", "nu") for p in ("bias", "kernel")
+    )
+    np.testing.assert_allclose(
+        got["nu_norm/dense/kernel"],
+        _np_norm([inner.inner_state[0].nu["dense"]["kernel"]]),
+        rtol=1e-6,
+    )
+
+
+def _leaves_by_path(tree):
+    """{leaf path: array} of the leaves of a partition's tree (MaskedNode leaves left out)."""
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {gradtx.tree.path_str(p): x for p, x in leaves}

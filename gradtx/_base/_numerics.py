@@ -192,6 +192,15 @@ def value_at(hyperparameter, count: ArrayLike, *, who: str = "", name: str = "")
     return hyperparameter
 
 
+def last_used(value: Any, count: Any, *, start: int = 0, who: str = "", name: str = "") -> Any:
+    """`value` (a number or a schedule of the step count) as the latest update used it, for a
+    `report`: at `count - 1`, with `count` the state's counter after that update, or at `start`
+    (the counter's value before the first update) when no update has run yet: the value the
+    first update will use. A float32 scalar (Optax's `inject_hyperparams` convention)."""
+    latest = jnp.maximum(jnp.asarray(count) - 1, start)
+    return jnp.asarray(value_at(value, latest, who=who, name=name), jnp.float32)
+
+
 def key_data(who: str, name: str, seed: Any) -> jax.Array:
     """The raw key data (uint32) of an integer seed or a PRNG key (typed, or a legacy uint32
     `jax.random.PRNGKey`), for state that must hold plain arrays; a `ValueError` naming `who`'s

@@ -13,7 +13,7 @@ from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation
 from ..transforms._tier import safe_ratio
 from ..tree._math import real_vdot
-from ._prodigy import adamw_updates, check_betas, d_adapted_fields, d_adapted_step
+from ._prodigy import adamw_updates, check_betas, d_adapted, d_adapted_fields, d_adapted_step
 
 
 class DAdaptAdamWState(NamedTuple):
@@ -65,6 +65,8 @@ def dadapt_adamw(
 
     Returns:
       A `GradientTransformation` with state `DAdaptAdamWState`; `update` needs `params`.
+      `gradtx.metrics` reports its `learning_rate` and `effective_learning_rate`
+      :math:`d_t \eta_t` (the current estimate times the schedule's value).
 
     Example:
       >>> import jax, jax.numpy as jnp, gradtx
@@ -135,4 +137,4 @@ def dadapt_adamw(
         )
         return new_updates, new_state
 
-    return GradientTransformation(init, update)
+    return d_adapted(who, GradientTransformation(init, update), learning_rate)

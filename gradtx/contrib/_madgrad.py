@@ -6,7 +6,8 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import alias_errors, check_in_range, check_non_negative
-from .._base._numerics import safe_increment, value_at, widen, zero_count
+from .._base._introspect import register
+from .._base._numerics import last_used, safe_increment, value_at, widen, zero_count
 from .._base._typing import ArrayLike, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain, require_params
 from ..transforms._decay import weight_decay as weight_decay_tx
@@ -47,7 +48,8 @@ def scale_by_madgrad(
       eps: :math:`\epsilon` >= 0, added to the learning rate and to the denominator.
 
     Returns:
-      A `GradientTransformation` with state `MadgradState(count, grad_sum_sq, s, x0)`.
+      A `GradientTransformation` with state `MadgradState(count, grad_sum_sq, s, x0)`;
+      `gradtx.metrics` reports its `learning_rate`.
 
     Reference: Defazio & Jelassi, "Adaptivity without Compromise: A Momentumized, Adaptive, Dual
     Averaged Gradient Method for Stochastic Optimization" (2021), arXiv:2101.11075.
@@ -88,7 +90,10 @@ def scale_by_madgrad(
         new_state = MadgradState(count=safe_increment(state.count), grad_sum_sq=big_g, s=s, x0=x0)
         return updates, new_state
 
-    return GradientTransformation(init, update)
+    def report(state):  # for `gradtx.metrics`: the learning rate the latest update used
+        return {"learning_rate": last_used(learning_rate, state.count, who=who)}
+
+    return register(GradientTransformation(init, update), "leaf", report=report)
 
 
 @alias_errors(renamed={"weight_decay: rate": "weight_decay"})

@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._base._checks import check_in_range, check_non_negative, check_scalar, concrete
-from .._base._numerics import abs_sq, safe_increment, value_at, widen, zero_count
+from .._base._introspect import register
+from .._base._numerics import abs_sq, last_used, safe_increment, value_at, widen, zero_count
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, require_params
 from ..transforms._tier import ema, loss_value_in, scalar_dtype, zeros_like_params
@@ -49,6 +50,17 @@ def _check_common(who: str, learning_rate: Any, lower_bound: Any, weight_decay: 
     arr = concrete(lower_bound)
     if arr is not None and not np.all(np.isfinite(arr)):
         raise ValueError(f"{who}: lower_bound must be finite, got {lower_bound!r}")
+
+
+def _reporting(who: str, tx: GradientTransformation, learning_rate: Any) -> GradientTransformation:
+    r"""`tx` registered for `gradtx.metrics`, which reports its `learning_rate`: the cap
+    :math:`\alpha_t` of the latest step. (The step size :math:`\tau_t` itself is not in the
+    state: it depends on the params of that step.)"""
+
+    def report(state):
+        return {"learning_rate": last_used(learning_rate, state.count, who=who)}
+
+    return register(tx, "leaf", report=report)
 
 
 def _polyak_step(cap: jax.Array, denom: jax.Array, max_step: jax.Array) -> jax.Array:
@@ -92,6 +104,8 @@ def momo(
 
     Returns:
       A `GradientTransformation` with state `MomoState(exp_avg, barf, gamma, lb, count)`.
+      `gradtx.metrics` reports its `learning_rate`, the cap :math:`\alpha_t` of the latest
+      step (the step size :math:`\tau_t` depends on that step's params, not kept in the state).
 
     Example:
       >>> import jax, jax.numpy as jnp, gradtx
@@ -155,7 +169,7 @@ def momo(
         )
         return new_updates, new_state
 
-    return GradientTransformation(init, update)
+    return _reporting(who, GradientTransformation(init, update), learning_rate)
 
 
 def momo_adam(
@@ -193,7 +207,8 @@ def momo_adam(
 
     Returns:
       A `GradientTransformation` with state
-      `MomoAdamState(exp_avg, exp_avg_sq, barf, gamma, lb, count)`.
+      `MomoAdamState(exp_avg, exp_avg_sq, barf, gamma, lb, count)`. `gradtx.metrics` reports
+      its `learning_rate`, the cap :math:`\alpha_t` of the latest step (see `momo`).
 
     Example:
       >>> import jax, jax.numpy as jnp, gradtx
@@ -273,7 +288,7 @@ def momo_adam(
         )
         return new_updates, new_state
 
-    return GradientTransformation(init, update)
+    return _reporting(who, GradientTransformation(init, update), learning_rate)
 
 
 __all__ = ["MomoAdamState", "MomoState", "momo", "momo_adam"]

@@ -7,7 +7,8 @@ import jax.numpy as jnp
 
 from .. import tree as gtree
 from .._base._checks import alias_errors, check_in_range, check_non_negative, check_positive
-from .._base._numerics import safe_increment, value_at, widen, zero_count
+from .._base._introspect import register
+from .._base._numerics import last_used, safe_increment, value_at, widen, zero_count
 from .._base._typing import ArrayLike, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, require_params
 from ..transforms._tier import (
@@ -79,6 +80,21 @@ def d_adapted_step(
     return params, dtype, count, dlr
 
 
+def d_adapted(who: str, tx: GradientTransformation, learning_rate: ScalarOrSchedule) -> Any:
+    r"""`tx` (a D-estimating AdamW) registered for `gradtx.metrics`, which then reports its
+    `learning_rate` (the schedule's value at the latest update) and `effective_learning_rate`
+    :math:`d\,\eta`: that learning rate times the current estimate :math:`d` (`estim_lr`), the
+    step size the method has adapted to (before Adam's bias correction), as Prodigy's and
+    D-Adaptation's authors log it."""
+
+    def report(state):
+        lr = last_used(learning_rate, state.count, who=who, name="learning_rate")
+        d = jnp.asarray(state.estim_lr, jnp.float32)
+        return {"learning_rate": lr, "effective_learning_rate": d * lr}
+
+    return register(tx, "leaf", report=report)
+
+
 def adamw_updates(
     updates: Updates,
     mu: Updates,
@@ -143,6 +159,8 @@ def prodigy(
 
     Returns:
       A `GradientTransformation` with state `ProdigyState`; `update` needs `params`.
+      `gradtx.metrics` reports its `learning_rate` and `effective_learning_rate`
+      :math:`d_t \eta_t` (the current estimate times the schedule's value).
 
     Example:
       >>> import jax, jax.numpy as jnp, gradtx
@@ -220,4 +238,4 @@ def prodigy(
         )
         return new_updates, new_state
 
-    return GradientTransformation(init, update)
+    return d_adapted(who, GradientTransformation(init, update), learning_rate)

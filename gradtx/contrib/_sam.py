@@ -31,7 +31,7 @@ NormalizeState = EmptyState
 class SAMState(NamedTuple):
     """State of `sam` (Optax's fields)."""
 
-    steps_since_sync: jax.Array  # int32 in [0, sync_period)
+    steps_since_sync: jax.Array  # int32: calls since the period began (< sync_period)
     opt_state: OptState  # the outer optimizer's state
     adv_state: OptState  # the adversarial optimizer's state
     cache: Params | None  # the outer params (None in opaque mode)
@@ -90,7 +90,9 @@ def sam(
     Args:
       optimizer: the outer optimizer.
       adv_optimizer: the adversarial optimizer (its updates are subtracted).
-      sync_period: k >= 1, calls per outer step.
+      sync_period: k >= 1, calls per outer step. A state restored under a smaller
+        `sync_period` that has taken `sync_period - 1` or more adversarial steps takes its outer
+        step on the next call.
       reset_state: re-initialise the adversarial optimizer after each outer step.
       opaque_mode: run the adversarial steps inside each `update` (needs `grad_fn=`).
       batch_axis_name: in opaque mode, the axis name to `pmean` the adversarial gradients over.
@@ -132,7 +134,8 @@ def sam(
         params = require_params(who, params)
         assert_same_structure(who, updates=updates, params=params)
         first = state.steps_since_sync == 0
-        last = state.steps_since_sync == sync_period - 1
+        # `>=`: a state restored under a smaller sync_period takes its outer step at once
+        last = state.steps_since_sync >= sync_period - 1
         # The outer params: saved at the first call of a period (the initial cache is unused).
         cache = where(first, params, state.cache)
         adv_updates, adv_state = adv_update(updates, state.adv_state, params, **extra_args)
@@ -150,7 +153,7 @@ def sam(
         else:
             adv_state = where(last, state.adv_state, adv_state)
         opt_state = where(last, opt_state, state.opt_state)
-        steps = (state.steps_since_sync + 1) % sync_period
+        steps = jnp.where(last, 0, state.steps_since_sync + 1)
         return new_updates, SAMState(
             steps_since_sync=steps.astype(jnp.int32),
             opt_state=opt_state,

@@ -5,6 +5,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.tree_util import GetAttrKey
 
 from .._base._checks import (
     alias_errors,
@@ -13,7 +14,8 @@ from .._base._checks import (
     check_non_negative,
     check_scalar,
 )
-from .._base._numerics import safe_increment, value_at, widen
+from .._base._introspect import register
+from .._base._numerics import last_used, safe_increment, value_at, widen
 from .._base._typing import ArrayLike, OptState, Params, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, chain, forward_extra_args, require_params
 from ..optimizers._sgd import sgd
@@ -126,6 +128,8 @@ def schedule_free(
 
     Returns:
       A `GradientTransformation` with state `ScheduleFreeState`; `update` needs `params`.
+      `gradtx.metrics` reports its `learning_rate` (the value the latest update used) and what
+      the base optimizer reports.
 
     Example:
       >>> import jax, jax.numpy as jnp, gradtx
@@ -200,7 +204,17 @@ def schedule_free(
         )
         return new_updates, new_state
 
-    return GradientTransformation(init, update)
+    # for `gradtx.metrics`: the learning rate the latest update used (the step count starts at
+    # 1), and what the base optimizer reports
+    def report(state):
+        return {"learning_rate": last_used(learning_rate, state.step_count, start=1, who=who)}
+
+    return register(
+        GradientTransformation(init, update),
+        "wrapper",
+        children=[((GetAttrKey("base_optimizer_state"),), base)],
+        report=report,
+    )
 
 
 def _warmed_up(learning_rate: ArrayLike, warmup_steps: int | None) -> ScalarOrSchedule:

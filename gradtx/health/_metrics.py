@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from jax import tree_util as jtu
 
 from .._base._checks import error_context, expect_state
-from .._base._introspect import at_path, node_of, observed_update, register, walk
+from .._base._introspect import node_of, observed_update, register, walk
 from .._base._typing import OptState, Params, PyTree
 from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
 from ..tree import NonfiniteLocation, match, path_str
@@ -79,25 +79,69 @@ def _clip_paths(tx: Any, path: tuple = ()) -> list[tuple]:
     return out
 
 
-def _moments(inner_state: OptState, params: Params) -> dict[str, tuple]:
-    """Parameter-shaped parts of the inner state (moments, traces, slots) by role name: the last
-    named key of their state path (`mu`, `nu`), or the whole path where a role repeats."""
-    treedef = jax.tree.structure(params)
-    if treedef.num_leaves <= 1:  # a bare array: every scalar would look parameter-shaped
-        return {}
-    shapes = [jnp.shape(x) for x in jax.tree.leaves(params)]
+def _is_masked(node: Any) -> bool:
+    """An empty NamedTuple (gradtx's or Optax's `MaskedNode`): where a partition's or a mask's
+    state keeps nothing for a part of the params."""
+    return isinstance(node, tuple) and not node and hasattr(node, "_fields")
 
-    def is_moment(node: Any) -> bool:
-        if jax.tree.structure(node) != treedef:
-            return False
-        return [jnp.shape(x) for x in jax.tree.leaves(node)] == shapes
 
-    found = [path for path, _ in jtu.tree_flatten_with_path(inner_state, is_leaf=is_moment)[0]]
-    found = [p for p in found if is_moment(at_path(inner_state, p))]
-    roles = [path_str(p[-1:]) if p else "state" for p in found]
-    out = {}
-    for path, role in zip(found, roles, strict=True):
-        out[role if roles.count(role) == 1 else path_str(path) or role] = path
+def _aligned(node: Any, params: Params, params_def: Any) -> list[Any] | None:
+    """`node`'s arrays in the order of the params' leaves (None where a mask leaves a leaf out)
+    when `node` is parameter-shaped: the params' structure (`params_def`) with, at each leaf, a
+    float array of that parameter's shape, or a masked subtree in place of a whole subtree (the
+    state of a `multi_transform` partition or of `masked`), and at least one array; else None."""
+    if params_def.num_nodes > 1 and type(node) is not type(params):
+        return None  # not even the params' root: the common case, decided without flattening
+    node_def = jax.tree.structure(node, is_leaf=_is_masked)
+    try:
+        parts = node_def.flatten_up_to(params)
+    except (ValueError, TypeError):  # not the params' structure (nor a prefix of it)
+        return None
+    out: list[Any] = []
+    for leaf, part in zip(jax.tree.leaves(node, is_leaf=_is_masked), parts, strict=True):
+        if _is_masked(leaf):
+            out += [None] * len(jax.tree.leaves(part))
+            continue
+        dtype = getattr(leaf, "dtype", None)
+        if (
+            not jtu.treedef_is_leaf(jax.tree.structure(part))
+            or part is None
+            or dtype is None
+            or not jnp.issubdtype(dtype, jnp.inexact)
+            or jnp.shape(leaf) != jnp.shape(part)
+        ):
+            return None
+        out.append(leaf)
+    return out if any(x is not None for x in out) else None
+
+
+def _moments(inner_state: OptState, params: Params) -> dict[str, list[Any]]:
+    """Parameter-shaped parts of the inner state (moments, traces, slots), each as its arrays in
+    the order of the params' leaves (None for a leaf it has nothing for), keyed by role name: the
+    last named key of their state path (`mu`, `nu`). The parts of one role that hold disjoint
+    leaves (the partitions of a `multi_transform`, e.g. muon's and adam's `mu`) are one; where a
+    role repeats over the same leaves each part is keyed by its whole state path."""
+    leaves = jax.tree.leaves(params)
+    if not leaves or (jtu.treedef_is_leaf(jax.tree.structure(params)) and not jnp.shape(leaves[0])):
+        return {}  # no params, or one 0-d array: every float scalar of the state looks like it
+    params_def = jax.tree.structure(params)
+    by_role: dict[str, list[tuple[tuple, list[Any]]]] = {}
+    flat = jtu.tree_flatten_with_path(
+        inner_state, is_leaf=lambda x: _aligned(x, params, params_def) is not None
+    )
+    for path, node in flat[0]:
+        aligned = _aligned(node, params, params_def)
+        if aligned is not None:
+            role = path_str(path[-1:]) if path else "state"
+            by_role.setdefault(role, []).append((path, aligned))
+    out: dict[str, list[Any]] = {}
+    for role, parts in by_role.items():
+        columns = list(zip(*(aligned for _, aligned in parts), strict=True))  # per param leaf
+        if all(sum(x is not None for x in column) <= 1 for column in columns):  # disjoint
+            out[role] = [next((x for x in column if x is not None), None) for column in columns]
+        else:
+            for path, aligned in parts:
+                out[path_str(path) or role] = aligned
     return out
 
 
@@ -123,7 +167,12 @@ def with_metrics(
       its first step) and
       `<role>_norm/<p>` for every parameter-shaped buffer of the inner state (`mu_norm`,
       `nu_norm`, `trace_norm`, ...; quantized buffers are not parameter-shaped and are left out).
-      Norms of a group are over all its leaves together.
+      A buffer of the leaves of one partition (`multi_transform`, `masked`, and so muon, soap,
+      ...) counts for the leaves it holds: the partitions' buffers of one role are one metric
+      (muon's `mu_norm/<p>` for every leaf, adam's `nu_norm/<p>` for the leaves adam updates).
+      Norms of a group are over all its leaves together (those a buffer holds, for its norm).
+      With a single 0-d array as the params, no buffer is reported: any float scalar of the
+      state has its shape.
 
     Args:
       tx: the optimizer to measure (any transformation; clipping is found inside gradtx chains).
@@ -169,8 +218,11 @@ def with_metrics(
         leaf_metrics: dict[str, jax.Array] = {}
         if groups is not None:
             kinds = ["grad_norm", "update_norm", "update_param_ratio"]
-            kinds += [f"{role}_norm" for role in _moments(inner_state, params)]
             leaf_metrics = {f"{k}/{g}": zero() for k in kinds for g in groups}
+            for role, aligned in _moments(inner_state, params).items():
+                for g, idx in groups.items():  # the groups this buffer holds a leaf of
+                    if any(aligned[i] is not None for i in idx):
+                        leaf_metrics[f"{role}_norm/{g}"] = zero()
         return WithMetricsState(
             grad_norm=zero(),
             update_norm=zero(),
@@ -255,16 +307,20 @@ def _per_leaf(who, per_leaf, grads, updates, params, inner_state) -> dict[str, j
     g = jax.tree.leaves(grads)
     u = jax.tree.leaves(updates)
     p = jax.tree.leaves(params)
-    trees = {"grad_norm": g, "update_norm": u}
-    for role, path in _moments(inner_state, params).items():
-        trees[f"{role}_norm"] = jax.tree.leaves(at_path(inner_state, path))
-    sq = {k: [_squared_norm(x) for x in leaves] for k, leaves in trees.items()}
+    trees: dict[str, list[Any]] = {"grad_norm": g, "update_norm": u}
+    for role, aligned in _moments(inner_state, params).items():
+        trees[f"{role}_norm"] = aligned
+    sq = {
+        k: [None if x is None else _squared_norm(x) for x in leaves] for k, leaves in trees.items()
+    }
     p_sq = [_squared_norm(x) for x in p]
     out: dict[str, jax.Array] = {}
     zero = jnp.zeros([], jnp.float32)
     for name, idx in groups.items():
         for kind, squares in sq.items():
-            out[f"{kind}/{name}"] = jnp.sqrt(sum((squares[i] for i in idx), zero))
+            held: list[jax.Array] = [s for i in idx if (s := squares[i]) is not None]
+            if held:  # a moment of only some leaves: over those it holds
+                out[f"{kind}/{name}"] = jnp.sqrt(sum(held, zero))
         un = out[f"update_norm/{name}"]
         pn = jnp.sqrt(sum((p_sq[i] for i in idx), zero))
         ratio = jnp.where(pn > 0, un / jnp.where(pn > 0, pn, 1.0), jnp.where(un > 0, jnp.inf, 0.0))
@@ -304,8 +360,10 @@ def metrics(tx: GradientTransformation, state: OptState) -> dict[str, jax.Array]
     - `step`: the outermost step counter (`count`, or `gradient_step`, the inner steps taken,
       under gradient accumulation);
     - the current value of every schedule and learning rate of the chain, as used by the latest
-      update (`learning_rate`, `step_size`; no `inject_hyperparams` needed) and of every injected
-      hyperparameter;
+      update (`learning_rate`, `step_size`; no `inject_hyperparams` needed; also of optimizers
+      that are one rule, e.g. `fromage`, `madgrad`, `momo`, `schedule_free`, and with
+      `effective_learning_rate`, the learning rate times the distance estimate, for `prodigy`
+      and `dadapt_adamw`) and of every injected hyperparameter;
     - the counters of the wrappers: `notfinite_count` / `total_notfinite` (and the located leaf's
       `nonfinite_index`, see `first_nonfinite`) of `apply_if_finite`, the skips of
       `skip_on_spikes`, `micro_step` / `gradient_step` of gradient accumulation, the threshold of
@@ -315,7 +373,8 @@ def metrics(tx: GradientTransformation, state: OptState) -> dict[str, jax.Array]
     A name found once is the key as is (`learning_rate`); a name found in several places is
     keyed by each place's state path (`0/learning_rate`, `opt/2/learning_rate`). Keys depend on
     the optimizer's structure only, never on values, so they are the same at every step and
-    after a checkpoint is restored. An Optax transformation (or a hand-written one) inside the
+    after a checkpoint is restored. A `MultiSteps` object is seen as its
+    `gradient_transformation()`. An Optax transformation (or a hand-written one) inside the
     chain is opaque: only its state's step counter is seen.
 
     Args:
@@ -323,7 +382,8 @@ def metrics(tx: GradientTransformation, state: OptState) -> dict[str, jax.Array]
       state: its state (concrete, or traced inside `jit`).
 
     Returns:
-      `dict[str, jax.Array]` of scalars, in a fixed order.
+      `dict[str, jax.Array]` of scalars, sorted by key: the order JAX gives a dict returned by a
+      jitted function, so it is the same eagerly, under `jit` and after a restore.
 
     Example:
       >>> import jax.numpy as jnp, gradtx
@@ -333,7 +393,7 @@ def metrics(tx: GradientTransformation, state: OptState) -> dict[str, jax.Array]
       >>> for _ in range(3):
       ...     _, state = tx.update({"w": jnp.ones(2)}, state, params)
       >>> {k: round(float(v), 3) for k, v in gradtx.metrics(tx, state).items()}
-      {'step': 3.0, 'learning_rate': 0.8}
+      {'learning_rate': 0.8, 'step': 3.0}
     """
     tx = _as_transformation(tx, "metrics", "tx")
     entries: list[tuple[tuple, str, Any]] = []
@@ -350,7 +410,9 @@ def metrics(tx: GradientTransformation, state: OptState) -> dict[str, jax.Array]
         while key in out:  # two nodes at one state path (a wrapper sharing its inner's state)
             key = f"{key}'"
         out[key] = jnp.asarray(value)
-    return out
+    # sorted: the order JAX gives a dict that leaves `jit` (or a `device_get`), so the keys come
+    # in one order eagerly, under jit and after a restore
+    return dict(sorted(out.items()))
 
 
 __all__ = ["WithMetricsState", "metrics", "with_metrics"]

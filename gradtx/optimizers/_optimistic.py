@@ -7,7 +7,11 @@ names and defaults are Optax 0.2.8's.
 import warnings
 from typing import Any
 
+from jax.tree_util import SequenceKey
+
 from .._base._checks import alias_errors, check_non_negative
+from .._base._introspect import register
+from .._base._numerics import last_used
 from .._base._typing import ArrayLike, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, chain
 from ..transforms._adam import scale_by_adam
@@ -100,7 +104,7 @@ def optimistic_adam(
       nesterov: use the Nesterov (NAdam) first moment.
 
     Returns:
-      A `GradientTransformation`.
+      A `GradientTransformation`; `gradtx.metrics` reports its `learning_rate` and `optimism`.
 
     Example:
       >>> import jax.numpy as jnp, gradtx
@@ -122,13 +126,25 @@ def optimistic_adam(
         stacklevel=4,  # the caller of the alias (alias_errors wraps it twice)
     )
     check_non_negative("optimistic_adam", "learning_rate", learning_rate)
-    return chain(
-        scale_by_adam(b1, b2, eps, eps_root, mu_dtype=mu_dtype, nesterov=nesterov),
-        scale_by_optimistic_gradient(
-            alpha=learning_rate, beta=learning_rate if optimism is None else optimism
-        ),
+    optimism = learning_rate if optimism is None else optimism
+    adam = scale_by_adam(b1, b2, eps, eps_root, mu_dtype=mu_dtype, nesterov=nesterov)
+    tx = chain(
+        adam,
+        scale_by_optimistic_gradient(alpha=learning_rate, beta=optimism),
         scale_by_learning_rate(1.0),
     )
+
+    # For `gradtx.metrics`: the learning rate and the optimism are the weights of the optimistic
+    # link, as its latest update used them; the last link (a learning rate of 1) only flips the
+    # sign, so it is left out of what metrics sees.
+    def report(state):
+        count = state[1].count
+        return {
+            "learning_rate": last_used(learning_rate, count, who="optimistic_adam"),
+            "optimism": last_used(optimism, count, who="optimistic_adam"),
+        }
+
+    return register(tx, "chain", children=[((SequenceKey(0),), adam)], report=report)
 
 
 @alias_errors

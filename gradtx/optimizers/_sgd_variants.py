@@ -133,7 +133,8 @@ def polyak_sgd(
     `optax.polyak_sgd`.
 
     Args:
-      max_learning_rate: :math:`\gamma_{max}` >= 0, the largest step.
+      max_learning_rate: :math:`\gamma_{max}` >= 0, the largest step: a number, as in Optax
+        (a schedule is refused at construction; put one in `scaling`).
       scaling: :math:`s` >= 0, a float or a schedule `count -> s`.
       f_min: :math:`f^\star`, a lower bound on the objective (0 for an interpolating model).
       eps: :math:`\epsilon` >= 0 added to the squared norm.

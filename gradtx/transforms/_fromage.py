@@ -6,6 +6,8 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_bool, check_non_negative, concrete
+from .._base._introspect import register
+from .._base._numerics import last_used
 from .._base._typing import ScalarOrSchedule
 from ..core._transformation import GradientTransformation
 from ..tree import assert_same_structure
@@ -50,6 +52,7 @@ def scale_by_learning_rate_and_shrink(
 
     Returns:
       A `GradientTransformation` with state `ScaleByScheduleState(count)`; it needs `params`.
+      `gradtx.metrics` reports its `learning_rate`.
 
     Reference: Bernstein et al., "On the distance between two neural networks and the
     stability of learning" (NeurIPS 2020), Algorithm 1 (Fromage).
@@ -82,7 +85,10 @@ def scale_by_learning_rate_and_shrink(
         updates = jax.tree.map(leaf, updates, params)
         return updates, ScaleByScheduleState(count=safe_increment(state.count))
 
-    return GradientTransformation(init, update)
+    def report(state):  # for `gradtx.metrics`: the learning rate the latest update used
+        return {"learning_rate": last_used(learning_rate, state.count, who=who)}
+
+    return register(GradientTransformation(init, update), "leaf", report=report)
 
 
 __all__ = ["scale_by_learning_rate_and_shrink"]

@@ -42,6 +42,10 @@ def scale_by_polyak(
       eps: :math:`\epsilon` >= 0 added to the squared norm.
       variant: "sps" or "sps+".
 
+    `f_min`, `max_learning_rate` and `eps` are numbers: a schedule is refused at construction
+    (Optax takes none either, and the state, Optax's `EmptyState`, has no step count to call one
+    with; `polyak_sgd`'s `scaling` may be a schedule).
+
     Returns:
       A stateless `GradientTransformation` (state `EmptyState`); `update` needs `value`.
 
@@ -50,6 +54,14 @@ def scale_by_polyak(
     learning rates based on the Polyak stepsize and function splitting in ERM" (2023).
     """
     who = "scale_by_polyak"
+    for name, value in (("f_min", f_min), ("max_learning_rate", max_learning_rate), ("eps", eps)):
+        if callable(value):  # no schedule here: the transformation is stateless (no count)
+            raise TypeError(
+                f"{who}: {name} must be a number, got the callable {value!r}; it takes no "
+                "schedule (nor does Optax's). To vary the step over training pass the schedule "
+                "as polyak_sgd's `scaling`, or chain scale_by_learning_rate(schedule) before "
+                "scale_by_polyak"
+            )
     check_scalar(who, "f_min", f_min)
     check_non_negative(who, "max_learning_rate", max_learning_rate)
     check_non_negative(who, "eps", eps)

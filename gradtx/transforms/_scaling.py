@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from .._base._checks import check_non_negative, check_positive, check_scalar, concrete
 from .._base._introspect import register
-from .._base._numerics import abs_sq, safe_increment, value_at, zero_count
+from .._base._numerics import abs_sq, last_used, safe_increment, value_at, zero_count
 from .._base._typing import ArrayLike, ScalarOrSchedule, Schedule
 from ..core._transformation import GradientTransformation, stateless
 from ._elementwise import elementwise
@@ -59,8 +59,7 @@ def _scale_by_step_value(
     key = "step_size" if name == "step_size_fn" else name
 
     def report(state):
-        last = jnp.maximum(state.count - 1, 0)
-        return {key: jnp.asarray(value_at(value, last, who=who, name=name), jnp.float32)}
+        return {key: last_used(value, state.count, who=who, name=name)}
 
     return register(GradientTransformation(init, update), "leaf", report=report)
 

@@ -49,7 +49,7 @@ from ._common import wrapping
 
 
 class AccumulateState(NamedTuple):
-    micro_step: jax.Array  # int32 in [0, k): micro-steps accumulated since the last inner step
+    micro_step: jax.Array  # int32: micro-steps accumulated since the last inner step (< k)
     grad_sum: Updates  # sum of this cycle's gradients (accumulator dtype); see accumulate_k_steps
     inner_state: OptState  # advances once every k micro-steps
     gradient_step: jax.Array  # int32: inner steps taken (Optax's MultiStepsState.gradient_step)
@@ -83,7 +83,9 @@ def accumulate_k_steps(
       tx: the transformation to apply every `k` micro-steps.
       k: the number of micro-steps per inner step, an int >= 1. With `k = 1` every call is an
         inner step; the state has the same layout for every `k`, so a checkpoint survives a change
-        of `k`.
+        of `k`: a state restored under a smaller `k` whose cycle already holds `k - 1` or more
+        micro-steps takes its inner step on the next micro-step, on the mean (or sum) of all the
+        gradients it holds.
       average: pass the mean of the `k` gradients to `tx` (True) or their sum (False; RETURNN's
         and nnabla's behaviour, `optax.MultiSteps(use_grad_mean=False)`).
       accumulator_dtype: dtype of the accumulator (default: the params' dtype). float32 keeps bf16
@@ -144,8 +146,10 @@ def accumulate_k_steps(
         expect_state(who, state, AccumulateState)
         assert_same_structure(who, updates=updates, **{"state.grad_sum": state.grad_sum})
         skip_state = state.skip_state
+        # `>=`: a state restored under a smaller k (micro_step >= k - 1) steps at once
+        full = state.micro_step >= k - 1
         if should_skip_update_fn is None:
-            emit = state.micro_step == k - 1
+            emit = full
             first = state.micro_step == 0
             grad_sum = jax.tree.map(
                 lambda a, g: jnp.where(first, g, a + g).astype(a.dtype), state.grad_sum, updates
@@ -153,7 +157,7 @@ def accumulate_k_steps(
         else:
             dropped, skip_state = should_skip_update_fn(updates, state.gradient_step, params)
             dropped = _check_skip(who, dropped)
-            emit = (state.micro_step == k - 1) & ~dropped
+            emit = full & ~dropped
             first = state.micro_step == 0
             grad_sum = jax.tree.map(
                 lambda a, g: jnp.where(dropped, a, jnp.where(first, g, a + g)).astype(a.dtype),
@@ -168,9 +172,14 @@ def accumulate_k_steps(
             for a, g in zip(treedef.flatten_up_to(grad_sum), g_leaves, strict=True)
         ]
 
+        # the micro-steps summed (k, or more in a state restored under a smaller k)
+        summed = state.micro_step + 1
+
         def inner_step(grad_sum, inner_state):
             grads = jax.tree.map(
-                lambda a, g: (a / k if average else a).astype(g.dtype), grad_sum, updates
+                lambda a, g: (a / summed.astype(a.dtype) if average else a).astype(g.dtype),
+                grad_sum,
+                updates,
             )
             with error_context(who):
                 out, inner_state = inner_update(grads, inner_state, params, **extra_args)
@@ -271,7 +280,10 @@ class MultiSteps:
     `accumulator_dtype`. `k` may change over training: `every_k_schedule(gradient_step)`. The
     inner step runs under a `lax.cond` only on the micro-steps that emit (Optax computes it on
     every micro-step and multiplies the unused result by 0, so an infinite update on a held
-    micro-step is a NaN there and 0 here). `accumulate_k_steps` is the faster form for a fixed
+    micro-step is a NaN there and 0 here). A state restored under a smaller `k`, whose
+    `mini_step` is already `k - 1` or more, takes its inner step on the next micro-step, on all
+    the gradients it holds (Optax counts modulo `k` there: it restarts the mean, or carries the
+    sum into the next cycle). `accumulate_k_steps` is the faster form for a fixed
     `k` (its accumulator doubles as the buffer of the emitted updates); its state is
     `AccumulateState`, which is not Optax's.
 
@@ -332,6 +344,16 @@ class MultiSteps:
         self._use_grad_mean = bool(use_grad_mean)
         self._should_skip_update_fn = should_skip_update_fn
         self._accumulator_dtype = accumulator_dtype
+        # Registered once, for `gradtx.metrics` and `with_metrics`: they look a transformation
+        # up by its `update`, and every `self.update` is a new bound method equal to this one,
+        # so the MultiSteps object itself is seen as this wrapper (its counters, the inner
+        # optimizer's schedules) for as long as it lives.
+        self._as_transformation = wrapping(
+            GradientTransformation(self.init, self.update),
+            self._opt,
+            "inner_opt_state",
+            report=_accumulation_report,
+        )
 
     @property
     def inner_opt(self) -> GradientTransformation:
@@ -377,7 +399,10 @@ class MultiSteps:
             return a32 + (g32 - a32) / (n + 1).astype(a32.dtype) if mean else a32 + g32
 
         acc = jax.tree.map(accumulate, state.acc_grads, updates)
-        emit = (n == k - 1) & ~jnp.asarray(dropped)
+        # `>=`: a state restored under a smaller k (mini_step >= k - 1) steps at once, on all
+        # the gradients it holds (Optax compares with `==` and counts modulo k, which restarts
+        # the mean there or carries the sum into the next cycle)
+        emit = (n >= k - 1) & ~jnp.asarray(dropped)
 
         def inner_step(acc, inner_state):
             with error_context(who):
@@ -402,7 +427,7 @@ class MultiSteps:
             state.acc_grads,
             acc,
         )
-        mini_step = jnp.where(dropped, n, safe_increment(n) % k).astype(n.dtype)
+        mini_step = jnp.where(dropped, n, jnp.where(emit, 0, safe_increment(n))).astype(n.dtype)
         gradient_step = jnp.where(
             emit, safe_increment(state.gradient_step), state.gradient_step
         ).astype(state.gradient_step.dtype)
@@ -420,12 +445,7 @@ class MultiSteps:
 
     def gradient_transformation(self) -> GradientTransformation:
         """`init` and `update` as a `GradientTransformation`."""
-        return wrapping(
-            GradientTransformation(self.init, self.update),
-            self._opt,
-            "inner_opt_state",
-            report=_accumulation_report,
-        )
+        return self._as_transformation
 
 
 __all__ = [

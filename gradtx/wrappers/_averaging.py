@@ -87,7 +87,7 @@ def ema_params(
 
 
 class LookaheadState(NamedTuple):
-    steps_since_sync: jax.Array  # int32 in [0, sync_period)
+    steps_since_sync: jax.Array  # int32: fast steps since the last sync (< sync_period)
     slow: Params  # the slow weights (the parameters to evaluate with); () for LookaheadParams
     inner_state: OptState  # the fast optimizer's state
 
@@ -140,7 +140,9 @@ def lookahead(
 
     Args:
       tx: the fast optimizer.
-      sync_period: :math:`k`, fast steps per synchronisation, an int >= 1.
+      sync_period: :math:`k`, fast steps per synchronisation, an int >= 1. A state restored
+        under a smaller `sync_period` that has taken `sync_period - 1` or more fast steps since
+        its last synchronisation synchronises on the next step.
       slow_step_size: :math:`\alpha` in [0, 1].
       reset_state: re-initialise the fast optimizer's state after each synchronisation.
 
@@ -197,7 +199,8 @@ def lookahead(
     def update(updates, state, params=None, **extra_args):
         expect_state(who, state, LookaheadState)
         params = require_params(who, params)
-        sync = state.steps_since_sync == sync_period - 1
+        # `>=`: a state restored under a smaller sync_period synchronises at once
+        sync = state.steps_since_sync >= sync_period - 1
         steps = jnp.where(sync, 0, state.steps_since_sync + 1).astype(state.steps_since_sync.dtype)
         if isinstance(params, LookaheadParams):
             return _update_pair(updates, state, params, sync, steps, **extra_args)

@@ -31,7 +31,7 @@ class ApplyEvery(NamedTuple):
     """State of `apply_every`: the position in the cycle and the running sum of gradients
     (Optax's name for it; `ApplyEveryState` is the same class)."""
 
-    count: jax.Array  # type: ignore[assignment]  # int32 in [0, k): steps since the last emit
+    count: jax.Array  # type: ignore[assignment]  # int32: steps since the last emit (< k)
     grad_acc: Updates  # sum of this cycle's gradients (dtype of the params)
 
 
@@ -52,7 +52,8 @@ def apply_every(k: ArrayLike = 1) -> GradientTransformation:
     float32 (or wider) and stored in the params' dtype.
 
     Args:
-      k: the period, an integer >= 1 (may be a traced integer under `jit`).
+      k: the period, an integer >= 1 (may be a traced integer under `jit`). A state restored
+        under a smaller `k` that holds `k - 1` or more steps emits their sum on the next step.
 
     Returns:
       A `GradientTransformation` with state `ApplyEvery(count, grad_acc)` (also named
@@ -70,9 +71,9 @@ def apply_every(k: ArrayLike = 1) -> GradientTransformation:
         del params, extra_args
         expect_state(who, state, ApplyEvery)
         assert_same_structure(who, updates=updates, **{"state.grad_acc": state.grad_acc})
-        phase = state.count % k
-        restart = phase == 0
-        emit = phase == k - 1
+        # `>=`: a state restored under a smaller k emits at once, the sum of all it holds
+        restart = state.count == 0
+        emit = state.count >= k - 1
 
         def leaf(g, a):
             g = jnp.asarray(g)
@@ -81,7 +82,7 @@ def apply_every(k: ArrayLike = 1) -> GradientTransformation:
             return out.astype(g.dtype), total.astype(a.dtype)
 
         new_updates, grad_acc = map_split(leaf, 2, updates, state.grad_acc)
-        count = (safe_increment(state.count) % k).astype(state.count.dtype)
+        count = jnp.where(emit, 0, safe_increment(state.count)).astype(state.count.dtype)
         return new_updates, ApplyEvery(count=count, grad_acc=grad_acc)
 
     return GradientTransformation(init, update)

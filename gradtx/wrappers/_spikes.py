@@ -65,9 +65,8 @@ def skip_on_spikes(
 
     .. math::
 
-      \text{spike}_t = \neg\,\mathrm{finite}(x_t) \;\lor\;
-        \big(|W_t| \ge w \;\land\; x_t > \bar x_t + k\, s_t\big), \qquad
-      \text{skip}_t = \text{spike}_t \land (r_t < m)
+      \text{spike}_t = |W_t| \ge w \;\land\; x_t > \bar x_t + k\, s_t, \qquad
+      \text{skip}_t = \neg\,\mathrm{finite}(x_t) \;\lor\; \big(\text{spike}_t \land (r_t < m)\big)
 
     where :math:`r_t` is the number of steps skipped in a row before this one and :math:`m` is
     `max_consecutive` (:math:`\infty` for None). A skipped step returns zero updates (in the
@@ -75,8 +74,10 @@ def skip_on_spikes(
     unchanged and, when :math:`x_t` is finite, writes it into the window (a ring buffer). So a
     spike never raises the mean and spread that the next steps are judged by, and a NaN / Inf
     metric never enters them. With `max_consecutive`, after that many skips in a row the next
-    spike is applied anyway (and enters the window, if finite), so a genuine change of regime
-    cannot stall training forever; the counter then starts again.
+    finite spike is applied anyway (and enters the window), so a genuine change of regime cannot
+    stall training forever; the counter then starts again. A non-finite metric is always
+    skipped, however many steps were skipped before it (applying it would put NaN / Inf into
+    the params and the moments); it counts in :math:`r_t`.
 
     The comparison is written without a division, so a constant history does not skip an equal
     value (OLMo-core's z-score is 0/0 = NaN there, a skip). Only upward spikes are skipped:
@@ -103,7 +104,8 @@ def skip_on_spikes(
         OLMo-core checks once it holds `max(20, window // 2)` losses counting the current one
         (with `window < 19` it never would; here the cap is the full window).
       max_consecutive: None (always skip a spike) or an int >= 0: how many steps in a row may be
-        skipped before the next spike is applied anyway (0: never skip, just count).
+        skipped before the next finite spike is applied anyway (0: skip only non-finite
+        values). A non-finite value is skipped whatever this is.
 
     Returns:
       A `GradientTransformation` with state `SkipOnSpikesState(count, last_skipped,
@@ -174,11 +176,10 @@ def skip_on_spikes(
         finite = jnp.isfinite(x)
         mean, std = ring_stats(state.window, state.filled, ddof=1)
         limit = mean + jnp.asarray(threshold, jnp.float32) * std
-        spike = ~finite | ((state.filled >= warmup) & (x > limit))
-        if max_consecutive is None:
-            skip = spike
-        else:
-            skip = spike & (state.consecutive_skips < max_consecutive)
+        spike = (state.filled >= warmup) & (x > limit)
+        if max_consecutive is not None:  # forces a finite spike only, never a NaN / Inf
+            spike = spike & (state.consecutive_skips < max_consecutive)
+        skip = ~finite | spike
 
         new_updates, inner_state = run_or_skip(
             who, ~skip, inner_update, updates, state.inner_state, params, extra_args

@@ -117,3 +117,24 @@ INVALID = [
 def test_invalid_hyperparameters_raise_at_construction(factory, kwargs, message):
     with pytest.raises((ValueError, TypeError), match=message):
         factory(**kwargs)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_sam_state_restored_under_a_smaller_sync_period_takes_the_outer_step_at_once(jit):
+    # 4 adversarial calls saved under sync_period = 5, restored under 2: the adversarial part
+    # of the period is done, so the next call is the outer step from the cached params
+    params = {"w": jnp.zeros(2)}
+    g = {"w": jnp.ones(2)}
+    old = gc.sam(gradtx.sgd(1.0), gradtx.sgd(0.25), sync_period=5)
+    state, p = old.init(params), params
+    for _ in range(4):
+        u, state = old.update(g, state, p)
+        p = gradtx.apply_updates(p, u)
+    np.testing.assert_allclose(p["w"], [1.0, 1.0])  # 4 ascent steps of 0.25
+    new = gc.sam(gradtx.sgd(1.0), gradtx.sgd(0.25), sync_period=2)
+    update = jax.jit(new.update) if jit else new.update
+    for i, want in enumerate([-1.0, -0.75, -2.0, -1.75, -3.0]):
+        u, state = update(g, state, p)
+        p = gradtx.apply_updates(p, u)
+        np.testing.assert_allclose(p["w"], [want, want], err_msg=f"call {i}")
+        assert int(state.steps_since_sync) == (0 if i % 2 == 0 else 1)

@@ -92,3 +92,15 @@ INVALID = [
 def test_invalid_hyperparameters_raise_at_construction(build, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         build()
+
+
+@pytest.mark.parametrize("name", ["polyak_sgd", "scale_by_polyak"])
+def test_a_schedule_as_max_learning_rate_is_refused_at_construction(name):
+    # Optax's max_learning_rate, f_min and eps are numbers; a schedule there used to fail at the
+    # first update with a raw TypeError from jnp
+    prefix = "polyak_sgd: scale_by_polyak" if name == "polyak_sgd" else "scale_by_polyak"
+    with pytest.raises(TypeError, match=f"^{prefix}: max_learning_rate must be a number.*scaling"):
+        getattr(gradtx, name)(max_learning_rate=LR)
+    for arg in ("f_min", "eps"):
+        with pytest.raises(TypeError, match=f"^{prefix}: {arg} must be a number"):
+            getattr(gradtx, name)(**{arg: LR})

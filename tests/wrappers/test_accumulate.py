@@ -413,3 +413,70 @@ def test_multisteps_errors():
         ms.update(params, ms.init(params), params)
     with pytest.raises(ValueError, match="MultiSteps: expected a MultiStepsState"):
         gw.MultiSteps(tx, 2).update(params, gradtx.EmptyState(), params)
+
+
+# --------------------------------------------------------------------------------------------
+# a state restored under a smaller period (k changed between save and restore)
+# --------------------------------------------------------------------------------------------
+
+
+def _saved_at_micro_step(tx, n, params, g):
+    state = tx.init(params)
+    for _ in range(n):
+        _, state = tx.update(g, state, params)
+    return state
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("average", [True, False], ids=["mean", "sum"])
+@pytest.mark.parametrize("skip", [False, True], ids=["plain", "should_skip"])
+def test_accumulate_state_restored_under_a_smaller_k_steps_at_once(average, skip, jit):
+    # 3 micro-steps saved under k = 4, restored (by migrate) under k = 2 or k = 1: the cycle is
+    # already full, so the next micro-step is an inner step on the mean (sum) of all 4 gradients,
+    # and the period of the new k follows.
+    params = {"w": jnp.zeros(2)}
+    g = {"w": jnp.array([1.0, 2.0])}
+    skip_fn = gradtx.skip_not_finite if skip else None
+    make = lambda k: gradtx.accumulate_k_steps(
+        gradtx.sgd(1.0), k, average=average, should_skip_update_fn=skip_fn
+    )
+    saved = _saved_at_micro_step(make(4), 3, params, g)
+    total = 1.0 if average else 4.0
+    for k in (2, 1):
+        tx = make(k)
+        state, _ = gradtx.migrate(saved, tx, params)
+        assert int(state.micro_step) == 3
+        update = jax.jit(tx.update) if jit else tx.update
+        u, state = update(g, state, params)
+        np.testing.assert_allclose(u["w"], -total * g["w"], rtol=1e-6)
+        assert int(state.micro_step) == 0 and int(state.gradient_step) == 1
+        for i in range(2 * k):
+            u, state = update(g, state, params)
+            emits = i % k == k - 1
+            want = -(1.0 if average else k) * g["w"] if emits else np.zeros(2)
+            np.testing.assert_allclose(u["w"], want, rtol=1e-6, err_msg=f"k={k}, call {i}")
+        assert int(state.gradient_step) == 3
+
+
+@pytest.mark.parametrize("use_grad_mean", [True, False], ids=["mean", "sum"])
+def test_multisteps_state_restored_under_a_smaller_k_steps_at_once(use_grad_mean):
+    # as accumulate_k_steps: an inner step on all the accumulated gradients, at once (counting
+    # the micro-step modulo k instead would drop the 4 gradients of the mean, or carry the sum
+    # into the next cycle)
+    params = {"w": jnp.zeros(2)}
+    make = lambda k: gw.MultiSteps(gradtx.sgd(1.0), k, use_grad_mean=use_grad_mean)
+    grads = [{"w": jnp.array([1.0, 2.0]) * (i + 1)} for i in range(4)]
+    state = make(4).init(params)
+    for g in grads[:3]:
+        _, state = make(4).update(g, state, params)
+    tx = make(2)
+    u, state = tx.update(grads[3], state, params)
+    total = sum(g["w"] for g in grads)
+    np.testing.assert_allclose(u["w"], -(total / 4 if use_grad_mean else total), rtol=1e-6)
+    assert int(state.mini_step) == 0 and int(state.gradient_step) == 1
+    assert bool(tx.has_updated(state))
+    u, state = tx.update(grads[0], state, params)
+    np.testing.assert_array_equal(u["w"], np.zeros(2))
+    u, state = tx.update(grads[1], state, params)
+    want = (grads[0]["w"] + grads[1]["w"]) / (2 if use_grad_mean else 1)
+    np.testing.assert_allclose(u["w"], -want, rtol=1e-6)

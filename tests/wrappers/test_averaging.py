@@ -174,3 +174,28 @@ def test_lookahead_errors():
         gradtx.lookahead(gradtx.sgd(0.1), 2, 0.5, reset_state=1)
     with pytest.raises(ValueError, match="lookahead: expected a LookaheadState"):
         tx.update(params, optax.lookahead(optax.sgd(0.1), 2, 0.5).init(params), params)
+
+
+@pytest.mark.parametrize("pair", [False, True], ids=["plain", "LookaheadParams"])
+def test_lookahead_state_restored_under_a_smaller_sync_period_syncs_at_once(pair):
+    # saved after 4 fast steps under sync_period = 5, restored (by migrate) under 2: the
+    # period is over, so the next step synchronises, and then every second one
+    params = {"w": jnp.zeros(2)}
+    g = {"w": jnp.ones(2)}
+    wrap = gw.LookaheadParams.init_synced if pair else (lambda p: p)
+    old = gradtx.lookahead(gradtx.sgd(1.0), 5, 0.5)
+    p = wrap(params)
+    state = old.init(p)
+    for _ in range(4):
+        u, state = old.update(g, state, p)
+        p = gradtx.apply_updates(p, u)
+    new = gradtx.lookahead(gradtx.sgd(1.0), 2, 0.5)
+    if not pair:
+        state, _ = gradtx.migrate(state, new, p)
+    assert int(state.steps_since_sync) == 4
+    fast = lambda p: (p.fast if pair else p)["w"]
+    for i, want in enumerate([-2.5, -3.5, -3.5, -4.5, -4.5]):  # slow: -2.5, -3.5, -4.5
+        u, state = new.update(g, state, p)
+        p = gradtx.apply_updates(p, u)
+        np.testing.assert_allclose(fast(p), [want, want], err_msg=f"step {i}")
+        assert int(state.steps_since_sync) == (0 if i % 2 == 0 else 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 import pytest
 
@@ -127,3 +128,21 @@ HOUSE = [
 @pytest.mark.parametrize(("name", "make"), HOUSE, ids=[h[0] for h in HOUSE])
 def test_bf16_updates_stable_state_and_abstract_init(name, make):
     assert_bf16_updates_stable_state_and_abstract_init(make)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_apply_every_state_restored_under_a_smaller_k_emits_at_once(jit):
+    # 2 steps summed under k = 4, restored under k = 2: the period is over, so the next step
+    # emits the sum of all 3 gradients (none dropped), then every second step
+    params = {"w": jnp.zeros(2)}
+    g = {"w": jnp.array([1.0, 2.0])}
+    old = gradtx.apply_every(4)
+    state = old.init(params)
+    for _ in range(2):
+        _, state = old.update(g, state, params)
+    new = gradtx.apply_every(2)
+    update = jax.jit(new.update) if jit else new.update
+    for i, times in enumerate([3.0, 0.0, 2.0, 0.0, 2.0]):
+        u, state = update(g, state, params)
+        np.testing.assert_allclose(u["w"], times * g["w"], err_msg=f"step {i}")
+        assert int(state.count) == i % 2

@@ -48,8 +48,8 @@ def reference_skips(xs, *, window, threshold, warmup, max_consecutive):
             limit = h.mean() + threshold * h.std(ddof=1)
             assert abs(x - limit) > 1e-4 * (abs(limit) + 1e-3), "borderline decision: reseed"
             big = x > limit
-        spike = (not finite) or big
-        skip = spike and (max_consecutive is None or run < max_consecutive)
+        # a non-finite value is always skipped; max_consecutive forces only finite spikes
+        skip = (not finite) or (big and (max_consecutive is None or run < max_consecutive))
         run = run + 1 if skip else 0
         if not skip and finite:
             history.append(float(x))
@@ -196,11 +196,11 @@ def test_max_consecutive_gives_up_on_a_regime_change():
     params = _params()
     losses = _losses(3)
     losses[150:] += 4.0  # a lasting jump: never accepted without max_consecutive
-    losses[[100, 101, 102, 103, 104]] = np.nan  # the 4th and 5th NaN are applied anyway
+    losses[[100, 101, 102, 103, 104]] = np.nan  # all skipped: a NaN is never applied
     want, want_run = reference_skips(
         losses, window=window, threshold=threshold, warmup=19, max_consecutive=3
     )
-    assert want[[100, 101, 102, 150, 151, 152]].all() and not want[[103, 153]].any()
+    assert want[[100, 101, 102, 103, 104, 150, 151, 152]].all() and not want[[105, 153]].any()
     assert not want[-50:].any()  # the window has adapted to the new regime
     state, outs = _scan_run(tx, params, _grads(4), losses)
     np.testing.assert_array_equal(np.asarray(outs[0]), want)
@@ -211,6 +211,31 @@ def test_max_consecutive_gives_up_on_a_regime_change():
         losses, window=window, threshold=threshold, warmup=19, max_consecutive=None
     )
     assert never[150:].all()
+
+
+@pytest.mark.parametrize("max_consecutive", [0, 2])
+@pytest.mark.parametrize("metric", ["loss", "grad_norm"])
+def test_a_nonfinite_value_is_skipped_even_past_max_consecutive(max_consecutive, metric):
+    # max_consecutive forces finite spikes only: NaN / Inf losses (or gradient norms) in a row,
+    # more of them than max_consecutive, leave params and moments finite and untouched
+    tx = skip_on_spikes(
+        _inner(), metric=metric, window=8, warmup=4, max_consecutive=max_consecutive
+    )
+    params = _params()
+    steps = 12
+    grads = _grads(5, steps)
+    losses = _losses(5)[:steps]
+    bad = [4, 5, 6, 7, 8]
+    losses[bad] = [np.nan, np.inf, np.nan, -np.inf, np.nan]
+    if metric == "grad_norm":
+        grads["w"][bad, 0, 0] = np.nan
+    state, outs = _scan_run(tx, params, grads, losses)
+    skipped, run = np.asarray(outs[0]), np.asarray(outs[1])
+    np.testing.assert_array_equal(skipped, np.isin(np.arange(steps), bad))
+    np.testing.assert_array_equal(run[bad], [1, 2, 3, 4, 5])
+    for tree in (outs[2], outs[3], outs[4], state.inner_state):
+        assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(tree))
+    _check_skipped_steps_hold(outs, skipped, params, _inner().init(params))
 
 
 def test_state_checkpoint_scan_structure_and_report():
