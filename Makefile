@@ -26,7 +26,7 @@ VERSION_LANES ?= oldest newest
 PYTHON_OLDEST ?= $(shell .ci/find-python 3.10)
 PYTHON_NEWEST ?= $(shell .ci/find-python 3.12)
 
-.PHONY: test demo bench docs lint typecheck pytest format clean optax-suite
+.PHONY: test check demo bench docs lint typecheck pytest format clean optax-suite
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -58,11 +58,19 @@ $(STAMP_DEMO): $(PY) pyproject.toml constraints.txt constraints-oldest.txt
 	touch $@
 
 # The venvs (pip unpacking wheels), lint and types at once, each one's output kept together;
-# then the lanes.
+# then the lanes, which end with each lane's wall and CPU seconds against the test-time budget
+# and the ten slowest test files (tests/lanes.py, BUDGET_CPU_S).
 test:
 	$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck \
 	  $(foreach l,$(VERSION_LANES),.venv-$(l)/.stamp)
 	$(MAKE) --no-print-directory pytest
+
+# The inner loop (tests/check.py): lint and types, the tests of what changed against HEAD (and
+# the untracked files), mapped from the changed files to their tests, and a one-minute smoke of
+# the optimizer table. CHECK_ARGS: e.g. "--base origin/main", "--dry-run", or files to check.
+CHECK_ARGS ?=
+check: $(STAMP_TEST)
+	$(PY) -m tests.check $(CHECK_ARGS)
 
 lint: $(STAMP_TEST)
 	$(VENV)/bin/ruff check .

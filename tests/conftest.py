@@ -1,5 +1,6 @@
 """Test configuration: 8 host CPU devices (set before JAX is imported, and inherited by the
-subprocesses tests start), the compile counter, the optimizer table's xdist groups, a guard on
+subprocesses tests start), the compile counter, the optimizer table's xdist groups, the version
+lanes' `version_lane` marker and `--table-cases` (tests/lanes.py, tests/check.py), a guard on
 JAX's global configuration, and shared fixtures.
 
 The suite compiles with XLA's full optimizations, the programs users run. `GRADTX_FAST_COMPILE=1`
@@ -23,7 +24,8 @@ import pytest  # noqa: E402
 
 from .compile_counter import CompileReportPlugin  # noqa: E402
 from .config_guard import ConfigGuard  # noqa: E402
-from .optimizer_table import OptCase  # noqa: E402
+from .lanes import VERSION_MARKER, in_version_subset  # noqa: E402
+from .optimizer_table import CASES, OptCase  # noqa: E402
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -43,29 +45,84 @@ def pytest_report_header(config: pytest.Config) -> str:
     )
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--table-cases",
+        default=None,
+        metavar="NAMES",
+        help="comma-separated optimizer-table case names: tests parametrized by a table case run "
+        "only these (`make check`'s table smoke); the other tests are not affected",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{VERSION_MARKER}: set by tests/conftest.py on the tests the version lanes of `make test` "
+        "run (tests/lanes.py, VERSION_SUBSET); `-m version_lane` selects them",
+    )
     config.pluginmanager.register(CompileReportPlugin(config), "gradtx-compile-counter")
     if not config.pluginmanager.has_plugin("gradtx-config-guard"):
         config.pluginmanager.register(ConfigGuard(), "gradtx-config-guard")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups, and before `-m` selects
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test of one table case runs on one xdist worker (`--dist loadgroup`), where the
     compilation tier (tests/compiled.py) has that case's programs cached. A test that sets its
     own `xdist_group` (the sharded table, one program for all cases) keeps it. Every other test
     runs on one worker with the rest of its module, which compiles the module's cached runners
     (`functools.cache`d trajectories and references) and its eager operations once, not on both
-    workers."""
+    workers.
+
+    The tests of the version lanes' subset get the `version_lane` marker, and with
+    `--table-cases` the tests of other table cases are deselected."""
+    _select_table_cases(config, items)
     for item in items:
+        if in_version_subset(item.nodeid):
+            item.add_marker(VERSION_MARKER)
         if item.get_closest_marker("xdist_group") is not None:
             continue
-        callspec = getattr(item, "callspec", None)
-        case = callspec.params.get("case") if callspec is not None else None
-        if isinstance(case, OptCase):
+        case = _table_case(item)
+        if case is not None:
             item.add_marker(pytest.mark.xdist_group(f"case-{case.name}"))
         else:
             item.add_marker(pytest.mark.xdist_group(f"module-{item.nodeid.partition('::')[0]}"))
+
+
+def _table_case(item: pytest.Item) -> OptCase | None:
+    callspec = getattr(item, "callspec", None)
+    case = callspec.params.get("case") if callspec is not None else None
+    return case if isinstance(case, OptCase) else None
+
+
+def _select_table_cases(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With `--table-cases a,b`: only those table cases' tests of the table-parametrized ones."""
+    given = config.getoption("table_cases")
+    if given is None:
+        return
+    names = {n.strip() for n in given.split(",") if n.strip()}
+    known = {c.name for c in CASES}
+    unknown = sorted(names - known)
+    if unknown:
+        import difflib
+
+        named = [
+            repr(n)
+            + "".join(f" (did you mean {c!r}?)" for c in difflib.get_close_matches(n, known, 1))
+            for n in unknown
+        ]
+        raise pytest.UsageError(
+            f"--table-cases: no table case named {', '.join(named)}; give the OptCase names of "
+            "tests/cases/*.py"
+        )
+    keep, drop = [], []
+    for item in items:
+        case = _table_case(item)
+        (drop if case is not None and case.name not in names else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

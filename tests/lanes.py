@@ -7,12 +7,12 @@
   2-process run, the demo, benchmark smoke runs, Optax's suite subset) or `default_emitters`,
   one at a time: they mostly wait on the processes they start.
 
-- oldest / newest (the version lanes, with `--python oldest=PATH newest=PATH`): a representative
-  subset (`VERSION_SUBSET` narrowed by `VERSION_KEYWORDS`: every alias and contrib optimizer
-  against its reference, compiled; checkpoints, sharding on 8 host devices, configs, the demo at
-  a few steps) run by another interpreter: the oldest supported set (Python 3.10,
-  constraints-oldest.txt) and what pip resolves today with no pins (Python 3.12). Their pytest
-  header prints the versions. `make test` builds both venvs.
+- oldest / newest (the version lanes, with `--python oldest=PATH newest=PATH`): only what can
+  differ between versions (`VERSION_SUBSET`: every optimizer once against its reference,
+  compiled; the schedules' references; the config round trip; checkpoints; shardings and the
+  sharded table; the demo at a few steps) run by another interpreter: the oldest supported set
+  (Python 3.10, constraints-oldest.txt) and what pip resolves today with no pins (Python 3.12).
+  Their pytest header prints the versions. `make test` builds both venvs.
 
 The lanes share the machine's cores through slots (`--slots`, default one more than the main
 lane's workers): a lane takes one slot, the main lane one per worker, and a lane starts when its
@@ -26,11 +26,18 @@ Usage: `python -m tests.lanes [--workers N] [--slots N] [--lane LANE] [--python 
 output streams with its name in front; at the end each lane's summary is printed again and the
 exit status is non-zero if any lane failed. Nothing is dropped: together main and processes run
 every test of `pytest tests`.
+
+The run ends with its test-time budget: each lane's wall and CPU seconds (the CPU of the lane's
+processes and the processes they waited for), the total against `BUDGET_CPU_S`, and the ten
+slowest test files (from each lane's JUnit XML report, summed over the lanes). Over the budget
+it warns, naming the files that grew since the last full run of the same lanes (`record_path`, under
+.pytest_cache), but does not fail.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import queue
 import shutil
@@ -39,35 +46,115 @@ import sys
 import tempfile
 import threading
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LANES = ("main", "processes")
 VERSION_LANES = ("oldest", "newest")
 
-# What the version lanes run: each module's own reference checks (Optax, NumPy transcriptions;
-# the torch ones are skipped where torch is missing), with the version-sensitive parts of the
-# library: checkpoints, shardings, configs and the command line, the demo.
-VERSION_SUBSET = (
-    "tests/optimizers",
-    "tests/contrib",
-    "tests/schedules",
-    "tests/test_checkpoint.py",
-    "tests/test_migrate.py",
-    "tests/distributed/test_sharding.py",
-    "tests/config",
-    "tests/test_demo.py::test_demo_runs_a_subset_from_another_config",
-)
-# Within the optimizer modules the version lanes run the reference checks, compiled: a test
-# whose name says what it is compared with (Optax, torch, a NumPy or paper rule; 8-bit and bf16
-# states following float32), not its eager twin. The version-sensitive files run whole. The
-# main lane runs everything on the main venv. tests/test_lanes.py checks that every optimizer
-# module keeps a check here.
-VERSION_KEYWORDS = (
-    "(optax or pytorch or torch or reference or rule or paper or psgd or numpy or published "
-    "or against or matches or follow) and not eager "
-    "or test_checkpoint or test_migrate or test_sharding or config or test_demo or schedules"
-)
+# What the version lanes run: only what can differ between jax / numpy / optax versions, each
+# once. For each test file, the tests it runs there; `()` runs the whole file. A named test runs
+# its compiled cases: a case whose id has an `eager` part (`[eager-adam]`, `[adam-eager]`) is the
+# same comparison without jit, left to the main lane (every optimizer that has an eager case has
+# a jit one too). tests/conftest.py marks what this selects `version_lane` (`in_version_subset`)
+# and the lanes run `-m version_lane` on these files; `pytest tests -m version_lane` shows it.
+# - every optimizer once against its reference, compiled: each alias and contrib module's
+#   reference test (Optax, a NumPy transcription of the paper or the seed system; the torch
+#   references are skipped where torch is missing, as in the lanes' venvs, and those optimizers
+#   run there in the sharded table, every table case sharded against unsharded);
+# - the schedules' reference tests and their integer-step edge cases, and their plots;
+# - the config round trip; checkpoints and their migration; shardings and the sharded table on
+#   8 host devices; the demo at a few steps.
+# The main lane runs all of it, and everything else, on the main venv. tests/test_lanes.py
+# checks that every module of gradtx/optimizers, gradtx/contrib and gradtx/schedules keeps a
+# test here (by `tests.check.source_tests`, the mapping `make check` uses) and that every name
+# here still selects a test.
+VERSION_SUBSET: dict[str, tuple[str, ...]] = {
+    "tests/optimizers/test_adam_aliases.py": (
+        "test_matches_optax_with_schedules_and_custom_hyperparameters",
+    ),
+    "tests/optimizers/test_adaptive_aliases.py": ("test_matches_optax",),
+    "tests/optimizers/test_large_batch_aliases.py": ("test_matches_optax",),
+    "tests/optimizers/test_nnabla_aliases.py": ("test_matches_the_nnabla_rule",),
+    "tests/optimizers/test_returnn_aliases.py": ("test_matches_the_returnn_rule",),
+    "tests/optimizers/test_sgd.py": ("test_sgd_matches_optax",),
+    "tests/optimizers/test_sign_aliases.py": (
+        "test_sign_sgd_with_schedule_matches_optax",
+        "test_lion_with_schedules_and_custom_hyperparameters_matches_optax",
+    ),
+    # the aliases whose reference test lives with their primitives
+    "tests/transforms/test_adan.py": ("test_matches_optax",),
+    "tests/transforms/test_sm3.py": ("test_matches_optax",),
+    "tests/transforms/test_eve.py": ("test_matches_the_paper",),
+    "tests/transforms/test_lbfgs.py": ("test_matches_optax_on_the_mixed_pytree",),
+    "tests/transforms/test_optimistic.py": ("test_matches_optax",),
+    "tests/transforms/test_fromage.py": ("test_matches_optax",),
+    "tests/transforms/test_gradient_ops.py": ("test_noisy_sgd_matches_optax",),
+    "tests/transforms/test_polyak.py": ("test_polyak_matches_optax",),
+    "tests/transforms/test_rprop.py": ("test_scale_by_rprop_follows_the_published_rule",),
+    "tests/transforms/test_sign.py": ("test_signum_matches_optax",),
+    "tests/contrib/test_acprop.py": ("test_plain_against_optax",),
+    "tests/contrib/test_adam_mini.py": ("test_matches_pytorch_optimizer",),
+    "tests/contrib/test_ademamix.py": ("test_plain_against_optax",),
+    "tests/contrib/test_adopt.py": ("test_plain_against_optax",),
+    "tests/contrib/test_apollo.py": ("test_transcription_matches_pytorch_optimizer_variant",),
+    "tests/contrib/test_cautious.py": ("test_against_pytorch_optimizer",),
+    "tests/contrib/test_cocob.py": ("test_matches_optax",),
+    "tests/contrib/test_complex.py": ("test_split_real_and_imaginary_matches_optax",),
+    "tests/contrib/test_dadapt.py": ("test_matches_optax",),
+    "tests/contrib/test_dion.py": ("test_matches_the_papers_algorithm",),
+    "tests/contrib/test_dog.py": ("test_matches_optax",),
+    "tests/contrib/test_fira.py": ("test_matches_pytorch_optimizer",),
+    "tests/contrib/test_galore.py": ("test_galore_against_optax",),
+    "tests/contrib/test_kron.py": ("test_matches_pytorch_optimizer_with_the_same_probes",),
+    "tests/contrib/test_laprop.py": ("test_against_pytorch_optimizer",),
+    "tests/contrib/test_madgrad.py": ("test_plain_against_optax",),
+    "tests/contrib/test_mars.py": ("test_matches_pytorch_optimizer",),
+    "tests/contrib/test_mechanic.py": ("test_matches_optax",),
+    "tests/contrib/test_momo.py": ("test_momo_against_optax",),
+    "tests/contrib/test_muon.py": ("test_matches_optax",),
+    "tests/contrib/test_normuon.py": ("test_matches_pytorch_optimizer",),
+    "tests/contrib/test_privacy.py": ("test_dpsgd_against_optax",),
+    "tests/contrib/test_prodigy.py": ("test_matches_optax",),
+    "tests/contrib/test_sam.py": ("test_sam_against_optax",),
+    "tests/contrib/test_schedule_free.py": ("test_matches_optax",),
+    "tests/contrib/test_scion.py": ("test_matches_pytorch_optimizer",),
+    "tests/contrib/test_shampoo.py": ("test_matches_pytorch_optimizer",),
+    "tests/contrib/test_soap.py": ("test_scale_by_soap_matches_pytorch_optimizer",),
+    "tests/contrib/test_sophia.py": ("test_sophia_against_optax",),
+    "tests/schedules/test_basic.py": (
+        "test_matches_optax",
+        "test_output_is_float32_for_any_step_type",
+        "test_steps_past_int32_saturate_instead_of_wrapping",
+        "test_int64_steps_under_x64_saturate_when_traced",
+    ),
+    "tests/schedules/test_compose.py": (
+        "test_join_matches_optax_with_mixed_schedules",
+        "test_warmup_schedules_match_optax",
+        "test_cyclic_triangular_is_smiths_formula",
+    ),
+    "tests/schedules/test_cosine.py": (
+        "test_matches_optax",
+        "test_sgdr_schedule_matches_optax",
+        "test_cosine_decay_accepts_decay_steps_past_int32",
+    ),
+    "tests/schedules/test_nnabla.py": (
+        "test_polynomial_including_past_max_iter",
+        "test_solver_schedule_matches_the_loader",
+    ),
+    "tests/schedules/test_hyperparams.py": (
+        "test_sgd_with_a_scheduled_learning_rate_matches_optax",
+    ),
+    "tests/schedules/test_plot.py": (),
+    "tests/config/test_roundtrip.py": (),
+    "tests/test_checkpoint.py": (),
+    "tests/test_migrate.py": (),
+    "tests/distributed/test_sharding.py": (),
+    "tests/distributed/test_table.py": (),
+    "tests/test_demo.py": ("test_demo_runs_a_subset_from_another_config",),
+}
+VERSION_MARKER = "version_lane"
 # Known version-specific deviations, each with its measurement (none at present: MoMo's adaptive
 # cases, 1.07e-6 from float64 on jax 0.6.2 and 1.53e-6 on jax 0.12.1, are inside the tolerance
 # tests/contrib/test_momo.py justifies by Optax's own eager-vs-jit spread).
@@ -84,15 +171,27 @@ PROCESSES_MARKERS = "(subprocess or default_emitters)"
 ORDER = ("main", "processes", "newest", "oldest")
 
 
+def in_version_subset(nodeid: str) -> bool:
+    """Whether the version lanes run the test `nodeid` (`VERSION_SUBSET`'s rule)."""
+    path, _, test = nodeid.partition("::")
+    names = VERSION_SUBSET.get(path)
+    if names is None:
+        return False
+    if not names:
+        return True
+    name, _, params = test.partition("[")
+    return name in names and "eager" not in params.removesuffix("]").split("-")
+
+
 def lane_command(
     lane: str, workers: int, extra: list[str], python: str = sys.executable
 ) -> list[str]:
     if lane in VERSION_LANES:
         deselect = [f"--deselect={t}" for t in VERSION_DESELECT[lane]]
-        keywords, extra = _merge_keywords(VERSION_KEYWORDS, extra)
+        markers, extra = _merge_option("-m", VERSION_MARKER, extra)
         return [
             python, "-m", "pytest", *VERSION_SUBSET, "-p", "no:xdist", *deselect,
-            "-k", keywords, *extra,
+            "-m", markers, *extra,
         ]  # fmt: skip
     base = [python, "-m", "pytest", "tests"]
     if lane == "main":
@@ -103,19 +202,19 @@ def lane_command(
     return [*base, "-p", "no:xdist", "-m", PROCESSES_MARKERS, *extra]
 
 
-def _merge_keywords(keywords: str, extra: list[str]) -> tuple[str, list[str]]:
-    """`keywords` and any `-k EXPR` / `-kEXPR` / `-k=EXPR` of `extra` as one expression (pytest
-    keeps only the last -k), and `extra` without them."""
+def _merge_option(flag: str, expression: str, extra: list[str]) -> tuple[str, list[str]]:
+    """`expression` and any `FLAG EXPR` / `FLAGEXPR` / `FLAG=EXPR` of `extra` (`-m`, `-k`) as one
+    expression (pytest keeps only the last), and `extra` without them."""
     rest, given = [], []
     items = iter(extra)
     for item in items:
-        if item == "-k":
+        if item == flag:
             given.append(next(items, ""))
-        elif item.startswith("-k"):
-            given.append(item[2:].removeprefix("="))
+        elif item.startswith(flag):
+            given.append(item[len(flag) :].removeprefix("="))
         else:
             rest.append(item)
-    return " and ".join(f"({k})" for k in (keywords, *given) if k), rest
+    return " and ".join(f"({e})" for e in (expression, *given) if e), rest
 
 
 # The lanes of this interpreter (main, processes and every process they start: xdist workers,
@@ -186,12 +285,122 @@ def startable(waiting: list[str], busy: int, slots: int, workers: int) -> list[s
     return start
 
 
+# The test-time budget of one run of the lanes, all lanes together, in CPU-seconds. The target
+# is CI within 20 minutes on its 2-core machine: 2 x 1,200 = 2,400 core-seconds, less about 300
+# for what `make test` does before the lanes (the three venvs' installs, lint and a cold mypy),
+# leaves 2,100 for the lanes. Lanes do not keep both cores busy all the time, so a run at the
+# budget is at the target, not under it. Over the budget the run warns; it does not fail.
+BUDGET_CPU_S = 2100
+# The numbers of the last full run of a set of lanes (no pytest arguments narrowing it, every
+# lane passed), which an over-budget run of the same lanes compares its test files with; git
+# ignores .pytest_cache.
+RECORDS = ROOT / ".pytest_cache" / "gradtx-lanes"
+SLOWEST = 10
+
+
+def report_file(classname: str) -> str:
+    """The test file of a JUnit `classname` (`tests.contrib.test_soap`, or with a class after
+    the module: `tests.test_core.TestChain`): its parts up to the first `test_` module."""
+    parts = classname.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("test_"):
+            return "/".join(parts[: i + 1]) + ".py"
+    return "/".join(parts) + ".py" if classname else "(collection)"
+
+
+def file_seconds(*reports: str) -> dict[str, float]:
+    """Seconds per test file (setup, call and teardown of its tests) summed over pytest JUnit XML
+    `reports` (their text)."""
+    seconds: dict[str, float] = {}
+    for text in reports:
+        for case in ET.fromstring(text).iter("testcase"):
+            path = report_file(case.get("classname", ""))
+            seconds[path] = seconds.get(path, 0.0) + float(case.get("time") or 0.0)
+    return seconds
+
+
+def grown_files(
+    files: dict[str, float], before: dict[str, float], least: float = 1.0
+) -> list[tuple[str, float, float]]:
+    """`(file, seconds before, seconds now)` of the files that take at least `least` seconds
+    more than `before` (a new file: from 0), the largest growth first, at most `SLOWEST`."""
+    grown = [
+        (f, before.get(f, 0.0), s) for f, s in files.items() if s - before.get(f, 0.0) >= least
+    ]
+    return sorted(grown, key=lambda g: g[2] - g[1], reverse=True)[:SLOWEST]
+
+
+def budget_report(
+    lanes: dict[str, tuple[float, float]],
+    files: dict[str, float],
+    previous: dict | None,
+    budget: float = BUDGET_CPU_S,
+) -> list[str]:
+    """The run's budget lines: each lane's `(wall, CPU)` seconds, the total CPU against `budget`,
+    the `SLOWEST` test files of `files`, and over the budget a warning naming the files that grew
+    since `previous` (a record of the same lanes: `{"lanes": {...}, "files": {...}}`)."""
+    total = sum(cpu for _, cpu in lanes.values())
+    lines = ["test-time budget (wall s, CPU s):"]
+    lines += [f"  {k:<10} {w:>7,.0f} s {c:>8,.0f} CPU-s" for k, (w, c) in lanes.items()]
+    lines.append(
+        f"  {'total':<10} {'':>9} {total:>8,.0f} CPU-s of a {budget:,.0f} CPU-s budget "
+        f"({total / budget:.0%})"
+    )
+    slow = sorted(files.items(), key=lambda f: -f[1])[:SLOWEST]
+    if slow:
+        lines.append(f"the slowest test files (test seconds, all lanes; at most {SLOWEST}):")
+        lines += [f"  {s:>7,.0f} s  {f}" for f, s in slow]
+    else:
+        lines.append("no JUnit report came back: no per-file times")
+    if total <= budget:
+        return lines
+    lines.append(
+        f"WARNING: {total - budget:,.0f} CPU-s over the test-time budget of {budget:,.0f} "
+        "(tests/lanes.py, BUDGET_CPU_S; not a failure)"
+    )
+    if previous is None or sorted(previous.get("lanes", {})) != sorted(lanes):
+        lines.append(
+            f"  no earlier full run of these lanes recorded ({RECORDS.relative_to(ROOT)}) "
+            "to compare with; the slowest files are listed above"
+        )
+        return lines
+    grown = grown_files(files, previous.get("files", {}))
+    was = sum(lane["cpu"] for lane in previous["lanes"].values())
+    lines.append(f"  the last full run took {was:,.0f} CPU-s; the files that grew since:")
+    lines += [f"  {f}: {b:,.0f} s -> {s:,.0f} s (+{s - b:,.0f} s)" for f, b, s in grown]
+    if not grown:
+        lines.append("  none by a second or more: the growth is outside the tests' own time")
+    return lines
+
+
+def record_path(lanes: list[str] | dict) -> Path:
+    """Where the last full run of `lanes` is recorded: one file per set of lanes."""
+    return RECORDS / f"{'+'.join(sorted(lanes))}.json"
+
+
+def load_record(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:  # a damaged record: said, and replaced by the next run
+        print(f"lanes: ignoring the record {path}: {e}")
+        return None
+
+
+def save_record(lanes: dict[str, tuple[float, float]], files: dict[str, float], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"lanes": {k: {"wall": w, "cpu": c} for k, (w, c) in lanes.items()}, "files": files}
+    path.write_text(json.dumps(record, indent=1, sort_keys=True))
+
+
 def _pump(
     name: str,
     proc: subprocess.Popen,
     lines: list[str],
     lock: threading.Lock,
     done: queue.Queue[tuple[str, float]],
+    cpu: dict[str, float],
 ) -> None:
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -199,7 +408,11 @@ def _pump(
         with lock:
             sys.stdout.write(f"[{name}] {line}")
             sys.stdout.flush()
-    proc.wait()
+    # reaped here, with its resource usage: its own CPU and that of the processes it waited for
+    # (xdist workers, the processes tests start)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    cpu[name] = usage.ru_utime + usage.ru_stime
     done.put((name, time.perf_counter()))
 
 
@@ -257,12 +470,15 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     use_cache = not args.no_compilation_cache and "JAX_COMPILATION_CACHE_DIR" not in env
     cache_dir = tempfile.mkdtemp(prefix="gradtx-jax-cache-") if use_cache else None
+    reports = tempfile.mkdtemp(prefix="gradtx-lanes-junit-")
     try:
         slots = args.slots if args.slots is not None else max(1, args.workers) + 1
         return _run(
-            lanes, pythons, args.workers, slots, extra, env, cache_dir, args.fusion_emitters
-        )
+            lanes, pythons, args.workers, slots, extra, env, cache_dir, reports,
+            args.fusion_emitters,
+        )  # fmt: skip
     finally:
+        shutil.rmtree(reports, ignore_errors=True)
         if cache_dir is not None:
             shutil.rmtree(cache_dir, ignore_errors=True)
 
@@ -275,6 +491,7 @@ def _run(
     extra: list[str],
     env: dict[str, str],
     cache_dir: str | None,
+    reports: str,
     fusion_emitters: bool = False,
 ) -> int:
     lock = threading.Lock()
@@ -283,11 +500,14 @@ def _run(
     ended: dict[str, float] = {}
     procs: dict[str, tuple[subprocess.Popen, list[str], threading.Thread]] = {}
     codes: dict[str, int] = {}
+    cpu: dict[str, float] = {}
     waiting = list(lanes)
     first = time.perf_counter()
 
     def start(lane: str) -> None:
         cmd = lane_command(lane, workers, extra, pythons.get(lane, sys.executable))
+        # each lane's JUnit report, for the per-file times (a --junitxml of `extra` wins)
+        cmd[3:3] = [f"--junitxml={Path(reports) / lane}.xml"]
         with lock:
             print(f"[{lane}] {' '.join(cmd[1:])}", flush=True)
         lane_env = cache_env(env, cache_dir if lane in CACHE_LANES else None)
@@ -297,7 +517,9 @@ def _run(
             cmd, cwd=ROOT, env=lane_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
         lines: list[str] = []
-        pump = threading.Thread(target=_pump, args=(lane, proc, lines, lock, done), daemon=True)
+        pump = threading.Thread(
+            target=_pump, args=(lane, proc, lines, lock, done, cpu), daemon=True
+        )
         started[lane] = time.perf_counter()
         pump.start()
         procs[lane] = (proc, lines, pump)
@@ -334,6 +556,16 @@ def _run(
         f"{', '.join(f'{k} {ended[k] - started[k]:.0f} s' for k in procs)}; "
         f"{'failed: ' + ', '.join(failed) if failed else 'all passed'}"
     )
+    times = {k: (ended[k] - started[k], cpu[k]) for k in procs}
+    found = [Path(reports) / f"{k}.xml" for k in procs]
+    try:
+        files = file_seconds(*(p.read_text() for p in found if p.exists()))
+    except ET.ParseError as e:  # a lane killed while writing it
+        print(f"\nlanes: a JUnit report did not parse ({e}); no per-file times")
+        files = {}
+    print("\n" + "\n".join(budget_report(times, files, load_record(record_path(times)))))
+    if not extra and not failed:
+        save_record(times, files, record_path(times))
     return 1 if failed else 0
 
 
