@@ -109,7 +109,8 @@ def test_one_buffer_rules_pack_bit_identically(make):
     params = _params()
     sp, g, packed = _step_both_ways(make, params, 3)
     jaxpr = str(jax.make_jaxpr(packed.update)(g, sp, params))
-    assert jaxpr.count("cond[") == 1  # one codec for the four quantized leaves
+    # one codec per block width (40, 45, 48 and the flat blocks' 64) of the four quantized leaves
+    assert jaxpr.count("cond[") == 4
 
 
 @optimized
@@ -147,7 +148,8 @@ def test_pack_leaves_option_is_validated_and_shown():
 
 
 def test_one_codec_for_all_leaves_in_the_compiled_step():
-    # The jaxpr of a packed step holds one NaN/inf cond per buffer (mu, nu), not one per leaf.
+    # The jaxpr of a packed step holds one NaN/inf cond per buffer (mu, nu) and block width (one
+    # here), not one per leaf.
     params = {f"w{i}": jnp.ones((16, 64)) for i in range(6)}
     for pack, conds in ((True, 2), (False, 12)):
         q = gradtx.quantized(block_size=64, min_size=256, pack_leaves=pack)

@@ -5,16 +5,15 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base._checks import alias_errors, check_non_negative
-from .._base._numerics import abs_sq, bias_correction, safe_increment, widen, zero_count
+from .._base._checks import alias_errors
+from .._base._numerics import abs_sq, bias_correction
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
-from ..state._quantize import as_leaves
+from ..transforms._adam import CHECKS, MOMENTS
 from ..transforms._decay import weight_decay as weight_decay_tx
-from ..transforms._moments import check_moments
+from ..transforms._rule import non_negative, rule
 from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import ema, moment_buffers, read, stored
-from ..tree import assert_same_structure, map_split
+from ..transforms._tier import ema
 
 
 class ScaleByLapropState(NamedTuple):
@@ -68,35 +67,24 @@ def scale_by_laprop(
     Reference: Ziyin, Wang & Ueda, "LaProp: Separating Momentum and Adaptivity in Adam" (2020),
     arXiv:2002.04839.
     """
-    who = "scale_by_laprop"
-    check_moments(who, b1, b2, eps, mu_dtype, nu_dtype)
-    check_non_negative(who, "eps_root", eps_root)
+    return _laprop(b1=b1, b2=b2, eps=eps, eps_root=eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype)
 
-    def init(params):
-        return ScaleByLapropState(
-            count=zero_count(),
-            mu=moment_buffers(params, mu_dtype),
-            nu=moment_buffers(params, nu_dtype, signed=False),
-        )
 
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        assert_same_structure(who, updates=updates, **{"state.mu": as_leaves(state.mu)})
-        count = safe_increment(state.count)
-        c1 = bias_correction(b1, count)
-        c2 = bias_correction(b2, count)
+@rule(
+    "scale_by_laprop",
+    ScaleByLapropState,
+    slots=MOMENTS,
+    checks={**CHECKS, "eps_root": non_negative},
+)
+def _laprop(t, *, b1, b2, eps, eps_root):
+    c1, c2 = bias_correction(b1, t), bias_correction(b2, t)
 
-        def leaf(g, m, v):
-            gw = widen(g)
-            v_buf, v_new = stored(ema(b2, abs_sq(gw), read(v)), v)
-            normalised = gw / (jnp.sqrt(v_new / c2 + eps_root) + eps)
-            m_buf, m_new = stored(ema(b1, normalised, read(m)), m)
-            return (m_new / c1).astype(g.dtype), m_buf, v_buf
+    def leaf(g, s):
+        v = s.keep("nu", ema(b2, abs_sq(g), s.nu))
+        m = s.keep("mu", ema(b1, g / (jnp.sqrt(v / c2 + eps_root) + eps), s.mu))
+        return m / c1
 
-        updates, mu, nu = map_split(leaf, 3, updates, state.mu, state.nu)
-        return updates, ScaleByLapropState(count=count, mu=mu, nu=nu)
-
-    return GradientTransformation(init, update)
+    return leaf
 
 
 @alias_errors(renamed={"weight_decay: rate": "weight_decay"})

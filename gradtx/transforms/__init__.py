@@ -4,6 +4,8 @@ The public API of the primitives, re-exported explicitly (as `optax.transforms` 
 `gradtx` re-exports every name. No logic here.
 """
 
+from ._adam import ScaleByAdamState as ScaleByAdamState
+from ._adam import ScaleByAmsgradState as ScaleByAmsgradState
 from ._adam import scale_by_adam as scale_by_adam
 from ._adam import scale_by_adam_eps_hat as scale_by_adam_eps_hat
 from ._adam import scale_by_adamax as scale_by_adamax
@@ -69,8 +71,6 @@ from ._linesearch_backtracking import (
 from ._linesearch_zoom import ScaleByZoomLinesearchState as ScaleByZoomLinesearchState
 from ._linesearch_zoom import ZoomLinesearchInfo as ZoomLinesearchInfo
 from ._linesearch_zoom import scale_by_zoom_linesearch as scale_by_zoom_linesearch
-from ._moments import ScaleByAdamState as ScaleByAdamState
-from ._moments import ScaleByAmsgradState as ScaleByAmsgradState
 from ._momentum import TraceState as TraceState
 from ._momentum import trace as trace
 from ._momentum import trace_with_lr as trace_with_lr

@@ -1,41 +1,141 @@
-"""Adam and its direct relatives on the moment engine: Adam (and NAdam), AdaMax, AMSGrad, and
+r"""Adam and its direct relatives: Adam (and NAdam), AdaMax, AMSGrad, and
 Adam in the "ε-hat" form of nnabla, TensorFlow 1 and RETURNN.
 
-The moment bookkeeping (state, EMAs, stored-dtype reads, AMSGrad maximum) is `_moments.py`'s;
-each rule here only says how its second statistic moves and how the update is formed. Gradients
-are widened to float32 (float64 and complex stay as they are) before a rule is evaluated, and only
-the results are cast: updates to the gradients' dtype, buffers to the dtype they were created
-with. So a tiny float16 gradient does not underflow to a zero second moment and an infinite
-update.
+Each is a rule (`_rule.py`): one leaf's arithmetic, read top to bottom; the mechanism does the
+state, the dtypes and the storage codecs. Gradients are widened to float32 (float64 and complex
+stay as they are) before a rule is evaluated, and only the results are cast: updates to the
+gradients' dtype, buffers to the dtype they were created with. So a tiny float16 gradient does not
+underflow to a zero second moment and an infinite update. Each rule writes a moment with
+`s.keep`, which returns it as stored: the update reads the moments as stored (as a bf16 or
+8-bit buffer holds them), and rounds in Optax's order.
 
 Kingma & Ba give two ways to write Adam's step: Algorithm 1 divides the bias-corrected moments,
-:math:`\\hat m / (\\sqrt{\\hat v} + \\epsilon)` (Optax, PyTorch, `scale_by_adam`), while the formula
+:math:`\hat m / (\sqrt{\hat v} + \epsilon)` (Optax, PyTorch, `scale_by_adam`), while the formula
 before their Section 2.1 folds both corrections into the step size,
-:math:`\alpha \\sqrt{1-\beta_2^t}/(1-\beta_1^t) \\cdot m / (\\sqrt v + \\hat\\epsilon)`
-(`scale_by_adam_eps_hat`). They differ in where :math:`\\epsilon` sits, so no constant `eps` maps
+:math:`\alpha \sqrt{1-\beta_2^t}/(1-\beta_1^t) \cdot m / (\sqrt v + \hat\epsilon)`
+(`scale_by_adam_eps_hat`). They differ in where :math:`\epsilon` sits, so no constant `eps` maps
 one onto the other.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
 
-from .._base._checks import check_non_negative
-from .._base._numerics import bias_correction, safe_divide
-from .._base._typing import ArrayLike
+from .._base._numerics import abs_sq, bias_correction, safe_divide, safe_increment, widen
+from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation
-from ._moments import ScaleByAdamState as ScaleByAdamState
-from ._moments import ScaleByAmsgradState as ScaleByAmsgradState
-from ._moments import (
-    check_moments,
-    eps_hat_factor,
-    first_moment_estimate,
-    infinity_norm,
-    moment_transformation,
-    second_moment,
+from ._rule import decay, non_negative, rule, slot
+from ._tier import adam_step_size, ema
+
+
+class ScaleByAdamState(NamedTuple):
+    """State of `scale_by_adam` (and of adamax, yogi, radam, the ε-hat form and `bound_lr`)."""
+
+    count: jax.Array  # type: ignore[assignment]  # int32, saturating
+    mu: Updates  # first moment (EMA of g), dtype mu_dtype or the params'
+    nu: Updates  # second statistic (EMA of |g|^2, or the infinity norm), dtype nu_dtype or params'
+
+
+class ScaleByAmsgradState(NamedTuple):
+    """State of the moment rules with `amsgrad=True` (and of `scale_by_amsgrad`)."""
+
+    count: jax.Array  # type: ignore[assignment]  # int32, saturating
+    mu: Updates  # first moment, dtype mu_dtype or the params'
+    nu: Updates  # second moment, dtype nu_dtype or the params'
+    nu_max: Updates  # running maximum of the second moment, dtype of nu
+
+
+#: Adam's two moments: a signed first moment (`mu_dtype`), a non-negative second (`nu_dtype`).
+MOMENTS = {"mu": slot(dtype="mu_dtype"), "nu": slot(dtype="nu_dtype", signed=False)}
+#: With AMSGrad's running maximum of the second moment, stored like it.
+AMSGRAD_MOMENTS = {**MOMENTS, "nu_max": slot(dtype="nu_dtype", signed=False)}
+#: The checks every Adam-like rule shares.
+CHECKS = {"b1": decay, "b2": decay, "eps": non_negative}
+
+
+def amsgrad_layout(hp: dict[str, Any], state: type = ScaleByAdamState) -> tuple[type, dict]:
+    """The state class and slots of a rule with an `amsgrad` option."""
+    if hp.get("amsgrad"):
+        return ScaleByAmsgradState, AMSGRAD_MOMENTS
+    return state, MOMENTS
+
+
+def bias_corrected_mu(b1: ArrayLike, t: jax.Array, nesterov: bool) -> Any:
+    r"""`(m_t, g_t) -> \hat m_t` at step `t`: :math:`m_t/(1-\beta_1^t)`, or with `nesterov`
+    (NAdam, Dozat 2016) :math:`\beta_1 m_t/(1-\beta_1^{t+1}) + (1-\beta_1) g_t/(1-\beta_1^t)`.
+    The corrections are float32 scalars, computed once per step."""
+    c1 = bias_correction(b1, t)
+    if not nesterov:
+        return lambda m, g: m / c1
+    c1_next = bias_correction(b1, safe_increment(t))
+    return lambda m, g: b1 * (m / c1_next) + (1 - b1) * (g / c1)
+
+
+@rule("scale_by_adam", ScaleByAdamState, slots=MOMENTS, checks={**CHECKS, "eps_root": non_negative})
+def _adam(t, *, b1, b2, eps, eps_root, nesterov):
+    m_hat, c2 = bias_corrected_mu(b1, t, nesterov), bias_correction(b2, t)
+
+    def leaf(g, s):
+        m = s.keep("mu", ema(b1, g, s.mu))
+        v = s.keep("nu", ema(b2, abs_sq(g), s.nu))
+        return m_hat(m, g) / (jnp.sqrt(v / c2 + eps_root) + eps)
+
+    return leaf
+
+
+@rule("scale_by_adamax", ScaleByAdamState, slots=MOMENTS, checks=CHECKS)
+def _adamax(t, *, b1, b2, eps):
+    c1 = bias_correction(b1, t)
+
+    def leaf(g, s):
+        m = s.keep("mu", ema(b1, g, s.mu))
+        v = s.keep("nu", jnp.maximum(jnp.abs(g) + eps, b2 * s.nu))
+        return (m / c1) / v
+
+    return leaf
+
+
+@rule(
+    "scale_by_amsgrad",
+    ScaleByAmsgradState,
+    slots=AMSGRAD_MOMENTS,
+    checks={**CHECKS, "eps_root": non_negative},
 )
+def _amsgrad(t, *, b1, b2, eps, eps_root, bias_correction_mu, bias_correction_nu):
+    c1 = bias_correction(b1, t) if bias_correction_mu else 1.0
+    # Optax takes the maximum of the bias-corrected second moment
+    c2 = bias_correction(b2, t) if bias_correction_nu else None
+
+    def leaf(g, s):
+        m = s.keep("mu", ema(b1, g, s.mu))
+        v = s.keep("nu", ema(b2, abs_sq(g), s.nu))
+        v_max = s.keep("nu_max", jnp.maximum(widen(s.nu_max), v if c2 is None else v / c2))
+        return (m / c1) / (jnp.sqrt(v_max + eps_root) + eps)
+
+    return leaf
+
+
+@rule(
+    "scale_by_adam_eps_hat",
+    lambda hp: amsgrad_layout(hp)[0],
+    slots=lambda hp: amsgrad_layout(hp)[1],
+    checks=CHECKS,
+)
+def _adam_eps_hat(t, *, b1, b2, eps, corrected, amsgrad, nesterov):
+    k = adam_step_size(b1, b2, t) if corrected else 1.0
+
+    def leaf(g, s):
+        m = s.keep("mu", ema(b1, g, s.mu))
+        v = s.keep("nu", ema(b2, abs_sq(g), s.nu))
+        if amsgrad:
+            v = s.keep("nu_max", jnp.maximum(widen(s.nu_max), v))
+        numerator = b1 * m + (1 - b1) * g if nesterov else m
+        return k * safe_divide(numerator, jnp.sqrt(v) + eps)
+
+    return leaf
 
 
 def scale_by_adam(
@@ -75,17 +175,14 @@ def scale_by_adam(
 
     Reference: Kingma & Ba, "Adam: A Method for Stochastic Optimization" (ICLR 2015).
     """
-    who = "scale_by_adam"
-    check_moments(who, b1, b2, eps, mu_dtype, nu_dtype)
-    check_non_negative(who, "eps_root", eps_root)
-
-    def leaf_step_at(count):
-        m_hat = first_moment_estimate(b1, count, nesterov)
-        c2 = bias_correction(b2, count)
-        return lambda g, m, v: m_hat(m, g) / (jnp.sqrt(v / c2 + eps_root) + eps)
-
-    return moment_transformation(
-        who, leaf_step_at, b1=b1, second=second_moment(b2), mu_dtype=mu_dtype, nu_dtype=nu_dtype
+    return _adam(
+        b1=b1,
+        b2=b2,
+        eps=eps,
+        eps_root=eps_root,
+        nesterov=nesterov,
+        mu_dtype=mu_dtype,
+        nu_dtype=nu_dtype,
     )
 
 
@@ -121,17 +218,7 @@ def scale_by_adamax(
 
     Reference: Kingma & Ba, "Adam: A Method for Stochastic Optimization" (ICLR 2015), §7.1.
     """
-    who = "scale_by_adamax"
-    check_moments(who, b1, b2, eps, mu_dtype, nu_dtype)
-
-    def leaf_step_at(count):
-        c1 = bias_correction(b1, count)
-        return lambda g, m, v: (m / c1) / v
-
-    second = infinity_norm(b2, eps)
-    return moment_transformation(
-        who, leaf_step_at, b1=b1, second=second, mu_dtype=mu_dtype, nu_dtype=nu_dtype
-    )
+    return _adamax(b1=b1, b2=b2, eps=eps, mu_dtype=mu_dtype, nu_dtype=nu_dtype)
 
 
 def scale_by_amsgrad(
@@ -174,27 +261,13 @@ def scale_by_amsgrad(
 
     Reference: Reddi, Kale & Kumar, "On the Convergence of Adam and Beyond" (ICLR 2018).
     """
-    who = "scale_by_amsgrad"
-    check_moments(who, b1, b2, eps, mu_dtype, nu_dtype)
-    check_non_negative(who, "eps_root", eps_root)
-
-    def leaf_step_at(count):
-        c1 = bias_correction(b1, count) if bias_correction_mu else 1.0
-        return lambda g, m, v_max: (m / c1) / (jnp.sqrt(v_max + eps_root) + eps)
-
-    def max_of_at(count):  # Optax takes the maximum of the bias-corrected second moment
-        if not bias_correction_nu:
-            return None
-        c2 = bias_correction(b2, count)
-        return lambda v: v / c2
-
-    return moment_transformation(
-        who,
-        leaf_step_at,
+    return _amsgrad(
         b1=b1,
-        second=second_moment(b2),
-        amsgrad=True,
-        max_of_at=max_of_at,
+        b2=b2,
+        eps=eps,
+        eps_root=eps_root,
+        bias_correction_mu=bias_correction_mu,
+        bias_correction_nu=bias_correction_nu,
         mu_dtype=mu_dtype,
         nu_dtype=nu_dtype,
     )
@@ -254,24 +327,13 @@ def scale_by_adam_eps_hat(
     Section 2; nnabla `Adam` / `AMSGRAD` (`src/nbla/solver/generic/adam.cpp`, `amsgrad.cpp`);
     RETURNN `NadamOptimizer`, `AMSGradOptimizer` (`returnn/tf/updater.py`).
     """
-    who = "scale_by_adam_eps_hat"
-    check_moments(who, b1, b2, eps, mu_dtype, nu_dtype)
-
-    def leaf_step_at(count):
-        k = eps_hat_factor(b1, b2, count, bias_correction)
-
-        def leaf_step(g, m, v):
-            numerator = b1 * m + (1 - b1) * g if nesterov else m
-            return k * safe_divide(numerator, jnp.sqrt(v) + eps)
-
-        return leaf_step
-
-    return moment_transformation(
-        who,
-        leaf_step_at,
+    return _adam_eps_hat(
         b1=b1,
-        second=second_moment(b2),
+        b2=b2,
+        eps=eps,
+        corrected=bias_correction,
         amsgrad=amsgrad,
+        nesterov=nesterov,
         mu_dtype=mu_dtype,
         nu_dtype=nu_dtype,
     )

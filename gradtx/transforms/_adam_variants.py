@@ -8,39 +8,20 @@ are cast to the gradients' dtype and buffers keep the dtype they were created wi
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base._checks import check_in_range, check_non_negative, concrete
+from .._base._checks import check_in_range, concrete
+from .._base._numerics import abs_sq, bias_correction, widen
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation
-from ..state import _quantize
-from ..tree import assert_same_structure, map_split
-from ._moments import (
-    belief_moment,
-    check_moments,
-    first_moment_estimate,
-    moment_transformation,
-    rectification,
-    second_moment,
-    yogi_moment,
-)
-from ._tier import (
-    bias_correction,
-    check_float_dtype,
-    ema,
-    moment_buffers,
-    read,
-    require_params,
-    safe_increment,
-    stored,
-    value_at,
-    widen,
-    zero_count,
-)
+from ._adam import CHECKS, MOMENTS, ScaleByAdamState, ScaleByAmsgradState, bias_corrected_mu
+from ._rule import non_negative, rule, slot
+from ._tier import ema
 
 
 class ScaleByBeliefState(NamedTuple):
@@ -114,34 +95,17 @@ def scale_by_belief(
     Reference: Zhuang et al., "AdaBelief Optimizer: Adapting Stepsizes by the Belief in Observed
     Gradients" (NeurIPS 2020); Liu et al. (ICLR 2020) for the rectification; nnabla `AdaBelief`.
     """
-    who = "scale_by_belief"
-    check_moments(who, b1, b2, eps, mu_dtype, nu_dtype)
-    check_non_negative(who, "eps_root", eps_root)
-    stored_eps_root = eps_root if accumulate_eps_root else 0.0
-    read_eps_root = 0.0 if accumulate_eps_root else eps_root
-
-    def leaf_step_at(count):
-        m_hat = first_moment_estimate(b1, count, nesterov)
-        c2 = bias_correction(b2, count)
-        if rectify:
-            adaptive, r = rectification(b2, count, 4.0, precise=True)
-
-        def leaf_step(g, m, s):
-            mh = m_hat(m, g)
-            u = mh / (jnp.sqrt((s + read_eps_root) / c2) + eps)
-            return jnp.where(adaptive, r * u, mh) if rectify else u
-
-        return leaf_step
-
-    return moment_transformation(
-        who,
-        leaf_step_at,
+    return _belief(
         b1=b1,
-        second=belief_moment(b2, stored_eps_root),
+        b2=b2,
+        eps=eps,
+        eps_root=eps_root,
+        nesterov=nesterov,
         amsgrad=amsgrad,
+        rectify=rectify,
+        accumulate_eps_root=accumulate_eps_root,
         mu_dtype=mu_dtype,
         nu_dtype=nu_dtype,
-        state_cls=ScaleByBeliefState,
     )
 
 
@@ -180,23 +144,14 @@ def scale_by_yogi(
 
     Reference: Zaheer et al., "Adaptive Methods for Nonconvex Optimization" (NeurIPS 2018).
     """
-    who = "scale_by_yogi"
-    check_moments(who, b1, b2, eps, mu_dtype, nu_dtype)
-    check_non_negative(who, "eps_root", eps_root)
-    check_non_negative(who, "initial_accumulator_value", initial_accumulator_value)
-
-    def leaf_step_at(count):
-        c1, c2 = bias_correction(b1, count), bias_correction(b2, count)
-        return lambda g, m, v: (m / c1) / (jnp.sqrt(v / c2 + eps_root) + eps)
-
-    return moment_transformation(
-        who,
-        leaf_step_at,
+    return _yogi(
         b1=b1,
-        second=yogi_moment(b2),
+        b2=b2,
+        eps=eps,
+        eps_root=eps_root,
+        initial_accumulator_value=initial_accumulator_value,
         mu_dtype=mu_dtype,
         nu_dtype=nu_dtype,
-        initial_value=initial_accumulator_value,
     )
 
 
@@ -245,25 +200,15 @@ def scale_by_radam(
 
     Reference: Liu et al., "On the Variance of the Adaptive Learning Rate and Beyond" (ICLR 2020).
     """
-    who = "scale_by_radam"
-    check_moments(who, b1, b2, eps, mu_dtype, nu_dtype)
-    check_non_negative(who, "eps_root", eps_root)
-    check_in_range(who, "threshold", threshold, 4.0, float("inf"))
-
-    def leaf_step_at(count):
-        m_hat = first_moment_estimate(b1, count, nesterov)
-        c2 = bias_correction(b2, count)
-        # float32 powers, rounded as Optax's jitted update does, eagerly and under jit
-        adaptive, r = rectification(b2, count, threshold, precise=False)
-
-        def leaf_step(g, m, v):
-            mh = m_hat(m, g)
-            return jnp.where(adaptive, r * mh / (jnp.sqrt(v / c2 + eps_root) + eps), mh)
-
-        return leaf_step
-
-    return moment_transformation(
-        who, leaf_step_at, b1=b1, second=second_moment(b2), mu_dtype=mu_dtype, nu_dtype=nu_dtype
+    return _radam(
+        b1=b1,
+        b2=b2,
+        eps=eps,
+        eps_root=eps_root,
+        threshold=threshold,
+        nesterov=nesterov,
+        mu_dtype=mu_dtype,
+        nu_dtype=nu_dtype,
     )
 
 
@@ -312,47 +257,160 @@ def scale_by_novograd(
     Reference: Ginsburg et al., "Stochastic Gradient Methods with Layer-wise Adaptive Moments for
     Training of Deep Networks" (2019), arXiv:1905.11286.
     """
-    who = "scale_by_novograd"
-    check_moments(who, b1, b2, eps, mu_dtype, nu_dtype)
-    check_non_negative(who, "eps_root", eps_root)
-    check_non_negative(who, "weight_decay", weight_decay)
-    check_float_dtype(who, "nu_dtype", nu_dtype)  # one scalar per leaf: nothing to quantize
-    uses_params = not _is_zero(weight_decay)
+    return _novograd(
+        b1=b1,
+        b2=b2,
+        eps=eps,
+        eps_root=eps_root,
+        weight_decay=weight_decay,
+        mu_dtype=mu_dtype,
+        nu_dtype=nu_dtype,
+    )
 
-    def init(params):
-        return ScaleByNovogradState(
-            count=zero_count(),
-            mu=moment_buffers(params, mu_dtype, signed=True),
-            nu=jax.tree.map(lambda p: jnp.zeros([], nu_dtype or p.dtype), params),
-        )
 
-    def update(updates, state, params=None, **extra_args):
-        del extra_args
-        assert_same_structure(who, updates=updates, **{"state.mu": _quantize.as_leaves(state.mu)})
-        count = safe_increment(state.count)
-        first = count == 1
-        lam = value_at(weight_decay, state.count)
+def rectification(
+    b2: ArrayLike, count: jax.Array, threshold: ArrayLike, *, precise: bool
+) -> tuple[jax.Array, jax.Array]:
+    r"""RAdam's `(adaptive, r_t)` at step `count`: adaptive where :math:`\rho_t` passes
+    `threshold` (:math:`\ge` it when not `precise`, :math:`>` it when `precise`).
 
-        def leaf(g, p, m, n):
-            gw = widen(g)
-            sq = jnp.linalg.norm(gw) ** 2  # rounds as Optax does (a plain sum of squares does not)
-            n_new = jnp.where(first, sq, ema(b2, sq, n))
-            step = gw / (jnp.sqrt(n_new + eps_root) + eps)
-            if p is not None:
-                step = step + lam * widen(jnp.asarray(p))
-            m_buf, m_new = stored(jnp.where(first, step, b1 * read(m) + step), m)
-            return m_new.astype(g.dtype), m_buf, n_new.astype(n.dtype)
+    .. math::
 
-        if uses_params:
-            params = require_params(who, params)
-            assert_same_structure(who, updates=updates, params=params)
-            out = map_split(leaf, 3, updates, params, state.mu, state.nu)
+      \rho_\infty = \frac{2}{1-\beta_2} - 1, \quad
+      \rho_t = \rho_\infty - \frac{2 t \beta_2^t}{1-\beta_2^t}, \quad
+      r_t = \sqrt{\frac{(\rho_t-4)(\rho_t-2)\rho_\infty}{(\rho_\infty-4)(\rho_\infty-2)\rho_t}}
+
+    :math:`\rho_t` is a small difference of large numbers for small :math:`t`. With `precise`,
+    :math:`\beta_2^t` and :math:`1-\beta_2^t` come from :math:`\log\beta_2` (in float64 for a
+    Python float) through `exp` / `expm1`, accurate to about 1e-6 at the first adaptive step.
+    Without it they are float32 powers, which round as Optax's `scale_by_radam` does (about 1%
+    off at t = 6), so that `scale_by_radam` matches Optax.
+    """
+    b2_value = concrete(b2)
+    scalar = b2_value is not None and b2_value.ndim == 0
+    rho_inf: Any = (
+        2.0 / (1.0 - float(b2_value)) - 1.0  # type: ignore[arg-type]
+        if scalar
+        else 2.0 / (1.0 - jnp.asarray(b2, jnp.float32)) - 1.0
+    )
+    t = count.astype(jnp.float32)
+    if precise:
+        if scalar:
+            log_b2: Any = math.log(float(b2_value)) if float(b2_value) > 0 else -jnp.inf  # type: ignore[arg-type]
         else:
-            out = map_split(lambda g, m, n: leaf(g, None, m, n), 3, updates, state.mu, state.nu)
-        updates, mu, nu = out
-        return updates, ScaleByNovogradState(count=count, mu=mu, nu=nu)
+            log_b2 = jnp.log(jnp.asarray(b2, jnp.float32))
+        x = t * log_b2
+        rho = rho_inf - 2.0 * t * jnp.exp(x) / -jnp.expm1(x)
+        adaptive = rho > threshold
+    else:
+        b2t = jnp.asarray(b2, jnp.float32) ** t
+        rho = rho_inf - 2.0 * t * b2t / (1.0 - b2t)
+        adaptive = rho >= threshold
+    rho_ok = jnp.where(adaptive, rho, rho_inf)  # keeps the unused branch free of NaN
+    r = jnp.sqrt(
+        (rho_ok - 4.0) * (rho_ok - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_ok)
+    )
+    return adaptive, r
 
-    return GradientTransformation(init, update)
+
+def _belief_layout(hp: dict[str, Any]) -> tuple[type, dict]:
+    if hp.get("amsgrad"):
+        return ScaleByAmsgradState, {**MOMENTS, "nu_max": slot(dtype="nu_dtype", signed=False)}
+    return ScaleByBeliefState, MOMENTS
+
+
+@rule(
+    "scale_by_belief",
+    lambda hp: _belief_layout(hp)[0],
+    slots=lambda hp: _belief_layout(hp)[1],
+    checks={**CHECKS, "eps_root": non_negative},
+)
+def _belief(t, *, b1, b2, eps, eps_root, nesterov, amsgrad, rectify, accumulate_eps_root):
+    stored_eps_root = eps_root if accumulate_eps_root else 0.0
+    read_eps_root = 0.0 if accumulate_eps_root else eps_root
+    m_hat, c2 = bias_corrected_mu(b1, t, nesterov), bias_correction(b2, t)
+    if rectify:
+        adaptive, r = rectification(b2, t, 4.0, precise=True)
+
+    def leaf(g, s):
+        m = s.keep("mu", ema(b1, g, s.mu))
+        v = s.keep("nu", ema(b2, abs_sq(g - m), s.nu) + stored_eps_root)
+        if amsgrad:
+            v = s.keep("nu_max", jnp.maximum(widen(s.nu_max), v))
+        mh = m_hat(m, g)
+        u = mh / (jnp.sqrt((v + read_eps_root) / c2) + eps)
+        return jnp.where(adaptive, r * u, mh) if rectify else u
+
+    return leaf
+
+
+@rule(
+    "scale_by_yogi",
+    ScaleByAdamState,
+    slots={
+        "mu": slot("initial_accumulator_value", "mu_dtype"),
+        "nu": slot("initial_accumulator_value", "nu_dtype", signed=False),
+    },
+    checks={**CHECKS, "eps_root": non_negative, "initial_accumulator_value": non_negative},
+)
+def _yogi(t, *, b1, b2, eps, eps_root, initial_accumulator_value):
+    c1, c2 = bias_correction(b1, t), bias_correction(b2, t)
+
+    def leaf(g, s):
+        m = s.keep("mu", ema(b1, g, s.mu))
+        g2, v = abs_sq(g), widen(s.nu)
+        v = s.keep("nu", v - (1 - b2) * jnp.sign(v - g2) * g2)
+        return (m / c1) / (jnp.sqrt(v / c2 + eps_root) + eps)
+
+    return leaf
+
+
+@rule(
+    "scale_by_radam",
+    ScaleByAdamState,
+    slots=MOMENTS,
+    checks={
+        **CHECKS,
+        "eps_root": non_negative,
+        "threshold": lambda who, name, value: check_in_range(who, name, value, 4.0, float("inf")),
+    },
+)
+def _radam(t, *, b1, b2, eps, eps_root, threshold, nesterov):
+    m_hat, c2 = bias_corrected_mu(b1, t, nesterov), bias_correction(b2, t)
+    # float32 powers, rounded as Optax's jitted update does, eagerly and under jit
+    adaptive, r = rectification(b2, t, threshold, precise=False)
+
+    def leaf(g, s):
+        m = s.keep("mu", ema(b1, g, s.mu))
+        v = s.keep("nu", ema(b2, abs_sq(g), s.nu))
+        mh = m_hat(m, g)
+        return jnp.where(adaptive, r * mh / (jnp.sqrt(v / c2 + eps_root) + eps), mh)
+
+    return leaf
+
+
+@rule(
+    "scale_by_novograd",
+    ScaleByNovogradState,
+    slots={"mu": slot(dtype="mu_dtype"), "nu": slot(dtype="nu_dtype", per_leaf=True)},
+    checks={**CHECKS, "eps_root": non_negative, "weight_decay": non_negative},
+    schedules=("weight_decay",),
+    uses_params=lambda hp: not _is_zero(hp["weight_decay"]),
+    elementwise=False,
+)
+def _novograd(t, *, b1, b2, eps, eps_root, weight_decay):
+    first = t == 1
+
+    def leaf(g, s):
+        sq = jnp.linalg.norm(g) ** 2  # rounds as Optax does (a plain sum of squares does not)
+        n = jnp.where(first, sq, ema(b2, sq, s.nu))
+        s.keep("nu", n)  # the step reads the norm unrounded
+        step = g / (jnp.sqrt(n + eps_root) + eps)
+        if s.param is not None:
+            step = step + weight_decay * s.param
+        return s.keep("mu", jnp.where(first, step, b1 * s.mu + step))
+
+    return leaf
 
 
 __all__ = [

@@ -11,10 +11,10 @@ from .._base._checks import check_in_range, check_non_negative
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation
 from ..tree import assert_same_structure, map_split
-from ._elementwise import elementwise
+from ._elementwise import ElementwiseState
+from ._rule import decay, non_negative, rule, slot
 from ._tier import (
     abs_sq,
-    check_float_dtype,
     ema,
     moment_buffers,
     safe_increment,
@@ -356,26 +356,27 @@ def scale_by_grad_variance(
 
     Reference: RETURNN `GradVarianceScaledOptimizer` (`returnn/tf/updater.py`).
     """
-    who = "scale_by_grad_variance"
-    check_float_dtype(who, "mu_dtype", mu_dtype)
-    check_float_dtype(who, "nu_dtype", nu_dtype)
-    check_in_range(who, "beta1", beta1, 0.0, 1.0, high_open=True)
-    check_in_range(who, "beta2", beta2, 0.0, 1.0, high_open=True)
-    check_non_negative(who, "eps", eps)
+    return _grad_variance(beta1=beta1, beta2=beta2, eps=eps, mu_dtype=mu_dtype, nu_dtype=nu_dtype)
 
-    def rule(g, m, v, t):
-        del t
-        m = ema(beta1, g, m)
+
+@rule(
+    "scale_by_grad_variance",
+    ElementwiseState,
+    slots={"m": slot(dtype="mu_dtype"), "v": slot(dtype="nu_dtype", signed=False)},
+    checks={"beta1": decay, "beta2": decay, "eps": non_negative},
+)
+def _grad_variance(t, *, beta1, beta2, eps):
+    def leaf(g, s):
+        m = ema(beta1, g, widen(s.m))
         var = abs_sq(g - m)
-        v = ema(beta2, var, v)
+        v = ema(beta2, var, widen(s.v))
+        s.keep("m", m)
+        s.keep("v", v)
         # Where var + eps is 0 (eps = 0 and g equal to its mean) the factor's limit is 1.
         den = var + eps
-        factor = jnp.where(den > 0, jnp.minimum(v / jnp.where(den > 0, den, 1.0), 1.0), 1.0)
-        return g * factor, m, v
+        return g * jnp.where(den > 0, jnp.minimum(v / jnp.where(den > 0, den, 1.0), 1.0), 1.0)
 
-    return elementwise(
-        rule, {"m": 0.0, "v": 0.0}, slot_dtype={"m": mu_dtype, "v": nu_dtype}, name=who
-    )
+    return leaf
 
 
 __all__ = [

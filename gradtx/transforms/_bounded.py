@@ -9,8 +9,8 @@ bounds too (`_scaling.lr_ratio`, :math:`\eta_t/\eta_0`, shared with `weight_deca
 Why one primitive rather than a wrapper around a preconditioner: the clip acts on the step size
 :math:`\eta k_t/(\sqrt v + \epsilon)` *before* it multiplies :math:`m_t`, so it needs the two
 moments separately; a wrapper would have to reach into another transformation's state. The
-moment bookkeeping is the moment engine's (`_moments.py`), as for `scale_by_adam_eps_hat`, and
-`bound_lr` takes the place of `scale_by_learning_rate` at the end of a chain.
+moments are Adam's (`_adam.py`), written as a rule (`_rule.py`), and `bound_lr` takes the place
+of `scale_by_learning_rate` at the end of a chain.
 """
 
 from typing import Any
@@ -18,11 +18,42 @@ from typing import Any
 import jax.numpy as jnp
 
 from .._base._checks import check_positive
-from .._base._numerics import value_at
+from .._base._numerics import abs_sq, value_at, widen
 from .._base._typing import ArrayLike, ScalarOrSchedule
 from ..core._transformation import GradientTransformation
-from ._moments import check_moments, eps_hat_factor, moment_transformation, second_moment
+from ._adam import CHECKS, amsgrad_layout
+from ._rule import rule
 from ._scaling import lr_ratio
+from ._tier import adam_step_size, ema
+
+
+def _positive(who: str, name: str, value: Any) -> None:
+    check_positive(who, name, value)
+
+
+@rule(
+    "bound_lr",
+    lambda hp: amsgrad_layout(hp)[0],
+    slots=lambda hp: amsgrad_layout(hp)[1],
+    checks={**CHECKS, "final_lr": _positive, "gamma": _positive},
+)
+def _bound_lr(t, *, learning_rate, ratio, final_lr, gamma, b1, b2, eps, amsgrad, corrected, sign):
+    tf = t.astype(jnp.float32)
+    step = t - 1  # the schedules' 0-based step
+    scale = value_at(learning_rate, step, who="bound_lr", name="learning_rate")
+    scale = scale * (adam_step_size(b1, b2, t) if corrected else 1.0)
+    final = final_lr * ratio(step)
+    lower = final * (1.0 - 1.0 / (gamma * tf + 1.0))
+    upper = final * (1.0 + 1.0 / (gamma * tf))
+
+    def leaf(g, s):
+        m = s.keep("mu", ema(b1, g, s.mu))
+        v = s.keep("nu", ema(b2, abs_sq(g), s.nu))
+        if amsgrad:
+            v = s.keep("nu_max", jnp.maximum(widen(s.nu_max), v))
+        return sign * jnp.clip(scale / (jnp.sqrt(v) + eps), lower, upper) * m
+
+    return leaf
 
 
 def bound_lr(
@@ -97,29 +128,18 @@ def bound_lr(
     `AdaBound` / `AMSBound` (`src/nbla/solver/generic/adabound.cpp`, `amsbound.cpp`).
     """
     who = "bound_lr"
-    check_moments(who, b1, b2, eps, mu_dtype, nu_dtype)
-    check_positive(who, "final_lr", final_lr)
-    check_positive(who, "gamma", gamma)
     ratio = lr_ratio(who, learning_rate, initial_learning_rate)
-    sign = -1.0 if flip_sign else 1.0
-
-    def leaf_step_at(count):
-        t = count.astype(jnp.float32)
-        step = count - 1  # the schedules' 0-based step
-        scale = value_at(learning_rate, step, who=who, name="learning_rate") * eps_hat_factor(
-            b1, b2, count, bias_correction
-        )
-        final = final_lr * ratio(step)
-        lower = final * (1.0 - 1.0 / (gamma * t + 1.0))
-        upper = final * (1.0 + 1.0 / (gamma * t))
-        return lambda g, m, v: sign * jnp.clip(scale / (jnp.sqrt(v) + eps), lower, upper) * m
-
-    return moment_transformation(
-        who,
-        leaf_step_at,
+    return _bound_lr(
+        learning_rate=learning_rate,
+        ratio=ratio,
+        final_lr=final_lr,
+        gamma=gamma,
         b1=b1,
-        second=second_moment(b2),
+        b2=b2,
+        eps=eps,
         amsgrad=amsgrad,
+        corrected=bias_correction,
+        sign=-1.0 if flip_sign else 1.0,
         mu_dtype=mu_dtype,
         nu_dtype=nu_dtype,
     )

@@ -3,7 +3,8 @@
 RETURNN's `BaseCustomOptimizer` asks for one method, `_apply(grad, var)`, that reads and writes
 named slot variables; `elementwise` is that idea for gradtx: a rule gets one gradient leaf, the
 matching leaf of every slot and the step number, and returns the update and the new slot values.
-The bookkeeping (state layout, step counter, dtypes, tree traversal, errors) is done once, here.
+It is a `rule` (`_rule.py`) whose leaf function calls the user's: the bookkeeping (state layout,
+step counter, dtypes, tree traversal, errors) is the rule mechanism's.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base._checks import concrete, expect_state
-from .._base._numerics import safe_increment, widen, zero_count
+from .._base._checks import concrete
+from .._base._numerics import widen
 from .._base._typing import ArrayLike, Updates
-from ..core._transformation import GradientTransformation, require_params
+from ..core._transformation import GradientTransformation
 from ..state._buffers import check_float_dtype
-from ..tree import assert_same_structure, full_like, map_split
+from . import _rule
 
 
 class ElementwiseState(NamedTuple):
@@ -134,12 +135,6 @@ def elementwise(
     dtypes = _check_dtypes(who, slot_dtype, names)
     expected = "(update, " + ", ".join(f"new {n}" for n in names) + ")" if names else "update"
 
-    def init(params):
-        return ElementwiseState(
-            count=zero_count(),
-            slots={n: full_like(params, init_values[n], dtypes[n]) for n in names},
-        )
-
     def split(out: Any) -> tuple:
         if not names and not isinstance(out, tuple | list):
             return (out,)
@@ -151,44 +146,32 @@ def elementwise(
             raise ValueError(f"{who}: the rule must return {expected}, got {got}")
         return tuple(out)
 
-    def update(updates, state, params=None, **extra_args):
-        del extra_args
-        expect_state(who, state, ElementwiseState)
-        if sorted(state.slots) != sorted(names):
-            raise ValueError(
-                f"{who}: expected an ElementwiseState with slots {names} (from this "
-                f"transformation's init), got slots {sorted(state.slots)}"
-            )
-        trees = [state.slots[n] for n in names]
-        assert_same_structure(
-            who, updates=updates, **{f"state.slots.{n}": state.slots[n] for n in names}
-        )
-        count = safe_increment(state.count)
-        extra_trees = []
-        if uses_params:
-            params = require_params(who, params)
-            assert_same_structure(who, updates=updates, params=params)
-            extra_trees = [params]
-
-        def leaf(g, *rest):
-            slot_leaves = rest[len(extra_trees) :]
-            args = [widen(x) for x in (g, *rest)]
-            out = split(rule(*args, count))
-            results = [jnp.asarray(x) for x in out]
-            for label, x, ref in zip(["update", *names], results, [g, *slot_leaves], strict=True):
+    def custom(t):
+        def leaf(g, s):
+            slot_values = [widen(getattr(s, n)) for n in names]
+            args = [g, s.param, *slot_values] if uses_params else [g, *slot_values]
+            results = [jnp.asarray(x) for x in split(rule(*args, t))]
+            for label, x, ref in zip(["update", *names], results, [g, *slot_values], strict=True):
                 if x.shape != jnp.shape(ref):
                     raise ValueError(
                         f"{who}: the rule returned {label} of shape {x.shape} for a leaf of shape "
                         f"{jnp.shape(ref)}; it must keep the leaf's shape"
                     )
-            new_slots = [x.astype(s.dtype) for x, s in zip(results[1:], slot_leaves, strict=True)]
-            return (results[0].astype(g.dtype), *new_slots)
+            for n, x in zip(names, results[1:], strict=True):
+                s.keep(n, x)
+            return results[0]
 
-        out = map_split(leaf, len(names) + 1, updates, *extra_trees, *trees)
-        new_state = ElementwiseState(count=count, slots=dict(zip(names, out[1:], strict=True)))
-        return out[0], new_state
+        return leaf
 
-    return GradientTransformation(init, update)
+    options = {n: f"slot_dtype[{n!r}]" for n in names}
+    declared = _rule.rule(
+        who,
+        ElementwiseState,
+        slots={n: _rule.slot(init_values[n], options[n], quantizable=False) for n in names},
+        uses_params=uses_params,
+        elementwise=False,
+    )(custom)
+    return declared(**{options[n]: dtypes[n] for n in names})
 
 
 __all__ = ["ElementwiseState", "elementwise"]

@@ -7,11 +7,13 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base._checks import check_in_range, check_non_negative, concrete
-from .._base._numerics import bias_correction, safe_increment
+from .._base._checks import concrete
+from .._base._numerics import abs_sq, bias_correction
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation, monitored_value
-from ._moments import check_moments, init_moments, packs_leaves, second_moment, step_moments
+from ._adam import CHECKS, MOMENTS
+from ._rule import decay, non_negative, rule
+from ._tier import ema
 
 
 class ScaleByEveState(NamedTuple):
@@ -77,61 +79,49 @@ def scale_by_eve(
     Reference: Koushik & Hayashi, "Improving Stochastic Gradient Descent with Feedback"
     (arXiv:1611.01505v1, 2016), Algorithm 1.
     """
-    who = "scale_by_eve"
-    check_moments(who, b1, b2, eps, mu_dtype, nu_dtype)
-    check_in_range(who, "b3", b3, 0.0, 1.0, high_open=True)
-    check_non_negative(who, "k", k)
-    check_non_negative(who, "K", K)
+    tx = _eve(
+        b1=b1, b2=b2, b3=b3, k=k, K=K, eps=eps, f_star=f_star, mu_dtype=mu_dtype, nu_dtype=nu_dtype
+    )
     k_value, big_k_value = concrete(k), concrete(K)
     if k_value is not None and big_k_value is not None and not bool((k_value <= big_k_value).all()):
-        raise ValueError(f"{who}: k must be <= K, got k={k!r} and K={K!r}")
+        raise ValueError(f"scale_by_eve: k must be <= K, got k={k!r} and K={K!r}")
+    return tx
 
-    def init(params):
-        return init_moments(
-            params,
-            amsgrad=False,
-            mu_dtype=mu_dtype,
-            nu_dtype=nu_dtype,
-            state_cls=ScaleByEveState,
-            d=jnp.ones([], jnp.float32),
-            f_hat=jnp.zeros([], jnp.float32),
-        )
 
-    def update(updates, state, params=None, **extra_args):
-        del params
-        f = monitored_value(who, extra_args) - jnp.asarray(f_star, jnp.float32)
-        first = state.count == 0
-        f_prev = jnp.where(first, 1.0, state.f_hat)  # keeps the unused branch free of inf/NaN
-        rising = f >= f_prev
-        low = jnp.where(rising, k + 1.0, 1.0 / (K + 1.0))
-        high = jnp.where(rising, K + 1.0, 1.0 / (k + 1.0))
-        c = jnp.minimum(jnp.maximum(low, f / f_prev), high)
-        f_new = c * f_prev
-        r = jnp.abs(f_new - f_prev) / jnp.minimum(f_new, f_prev)
-        d = jnp.where(first, 1.0, b3 * state.d + (1.0 - b3) * r).astype(jnp.float32)
-        f_hat = jnp.where(first, f, f_new).astype(jnp.float32)
+def _feedback(state, extra_args, t, hp):
+    """Eve's global factor :math:`d_t` from the relative change of the loss, once per step."""
+    k, big_k, b3 = hp["k"], hp["K"], hp["b3"]
+    f = monitored_value("scale_by_eve", extra_args) - jnp.asarray(hp["f_star"], jnp.float32)
+    first = state.count == 0
+    f_prev = jnp.where(first, 1.0, state.f_hat)  # keeps the unused branch free of inf/NaN
+    rising = f >= f_prev
+    low = jnp.where(rising, k + 1.0, 1.0 / (big_k + 1.0))
+    high = jnp.where(rising, big_k + 1.0, 1.0 / (k + 1.0))
+    c = jnp.minimum(jnp.maximum(low, f / f_prev), high)
+    f_new = c * f_prev
+    r = jnp.abs(f_new - f_prev) / jnp.minimum(f_new, f_prev)
+    d = jnp.where(first, 1.0, b3 * state.d + (1.0 - b3) * r).astype(jnp.float32)
+    f_hat = jnp.where(first, f, f_new).astype(jnp.float32)
+    return {"d": d}, {"d": d, "f_hat": f_hat}
 
-        count = safe_increment(state.count)
-        c1, c2 = bias_correction(b1, count), bias_correction(b2, count)
 
-        def leaf_step(g, m, v):
-            del g
-            return (m / c1) / (d * jnp.sqrt(v / c2) + eps)
+@rule(
+    "scale_by_eve",
+    ScaleByEveState,
+    slots=MOMENTS,
+    checks={**CHECKS, "b3": decay, "k": non_negative, "K": non_negative},
+    prologue=_feedback,
+    fields=lambda hp: {"d": jnp.ones([], jnp.float32), "f_hat": jnp.zeros([], jnp.float32)},
+)
+def _eve(t, *, b1, b2, b3, k, K, eps, f_star, d):
+    c1, c2 = bias_correction(b1, t), bias_correction(b2, t)
 
-        updates, new_state = step_moments(
-            who,
-            updates,
-            state,
-            leaf_step,
-            b1=b1,
-            second=second_moment(b2),
-            state_cls=ScaleByEveState,
-            pack_mu=packs_leaves(mu_dtype),
-            pack_nu=packs_leaves(nu_dtype),
-        )
-        return updates, new_state._replace(d=d, f_hat=f_hat)
+    def leaf(g, s):
+        m = s.keep("mu", ema(b1, g, s.mu))
+        v = s.keep("nu", ema(b2, abs_sq(g), s.nu))
+        return (m / c1) / (d * jnp.sqrt(v / c2) + eps)
 
-    return GradientTransformation(init, update)
+    return leaf
 
 
 __all__ = ["ScaleByEveState", "scale_by_eve"]

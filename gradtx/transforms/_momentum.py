@@ -5,22 +5,15 @@ from typing import Any, NamedTuple
 
 import jax
 
-from .._base._checks import check_in_range, check_non_negative
+from .._base._checks import check_in_range
+from .._base._numerics import widen
 from .._base._typing import ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation
-from ..state import _quantize
-from ..tree import assert_same_structure
-from ._moments import packs_leaves, step_buffer
-from ._tier import (
-    check_float_dtype,
-    check_moment_dtype,
-    moment_buffers,
-    safe_increment,
-    value_at,
-    widen,
-    zero_count,
-    zeros_like_params,
-)
+from ._rule import non_negative, rule, slot
+
+
+def _momentum(who: str, name: str, value: Any) -> None:
+    check_in_range(who, name, value, 0.0, 1.0)
 
 
 class TraceState(NamedTuple):
@@ -55,30 +48,25 @@ def trace(
     Reference: Polyak (1964); Sutskever et al., "On the importance of initialization and
     momentum in deep learning" (2013).
     """
-    check_in_range("trace", "decay", decay, 0.0, 1.0)
-    check_moment_dtype("trace", "accumulator_dtype", accumulator_dtype)
-    pack = packs_leaves(accumulator_dtype)
+    return _trace(decay=decay, nesterov=nesterov, accumulator_dtype=accumulator_dtype)
 
-    def init(params):
-        buffers = moment_buffers(params, accumulator_dtype, signed=True)
-        return TraceState(count=zero_count(), trace=buffers)
 
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        trace_view = _quantize.as_leaves(state.trace)
-        assert_same_structure("trace", updates=updates, **{"state.trace": trace_view})
-        mu = value_at(decay, state.count)
+@rule(
+    "trace",
+    TraceState,
+    slots={"trace": slot(dtype="accumulator_dtype")},
+    checks={"decay": _momentum},
+    schedules=("decay",),
+)
+def _trace(t, *, decay, nesterov):
+    def leaf(g, s):
+        old = s.trace  # its own dtype (float32 when quantized)
+        new = s.keep("trace", g + decay * old)
+        if not nesterov:  # the update is the new buffer as stored
+            return new
+        return g + decay * new.astype(old.dtype)  # rounds in the buffer's dtype, as `decay * old`
 
-        def rule(g, t):  # t: the buffer as read (its own dtype; float32 when quantized)
-            if not nesterov:  # the update is the new buffer as stored
-                return g + mu * t, lambda new: new
-            # `mu * m_t` rounds in the buffer's dtype, as `mu * m_{t-1}` does
-            return g + mu * t, lambda new: g + mu * new.astype(t.dtype)
-
-        updates, buffers = step_buffer(rule, updates, state.trace, pack=pack)
-        return updates, TraceState(count=safe_increment(state.count), trace=buffers)
-
-    return GradientTransformation(init, update)
+    return leaf
 
 
 def trace_with_lr(
@@ -118,31 +106,29 @@ def trace_with_lr(
     Reference: nnabla `Momentum`, `Nesterov` (`src/nbla/solver/generic/momentum.cpp`,
     `nesterov.cpp`); Sutskever et al. (ICML 2013).
     """
-    who = "trace_with_lr"
-    check_non_negative(who, "learning_rate", learning_rate)
-    check_in_range(who, "decay", decay, 0.0, 1.0)
-    check_float_dtype(who, "accumulator_dtype", accumulator_dtype)
-    sign = -1.0 if flip_sign else 1.0
+    return _trace_with_lr(
+        learning_rate=learning_rate,
+        decay=decay,
+        nesterov=nesterov,
+        sign=-1.0 if flip_sign else 1.0,
+        accumulator_dtype=accumulator_dtype,
+    )
 
-    def init(params):
-        return TraceState(count=zero_count(), trace=zeros_like_params(params, accumulator_dtype))
 
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        assert_same_structure(who, updates=updates, **{"state.trace": state.trace})
-        eta = value_at(learning_rate, state.count)
-        mu = value_at(decay, state.count)
+@rule(
+    "trace_with_lr",
+    TraceState,
+    slots={"trace": slot(dtype="accumulator_dtype", quantizable=False)},
+    checks={"learning_rate": non_negative, "decay": _momentum},
+    schedules=("learning_rate", "decay"),
+)
+def _trace_with_lr(t, *, learning_rate, decay, nesterov, sign):
+    def leaf(g, s):
+        step = learning_rate * g
+        new = s.keep("trace", decay * widen(s.trace) + step)
+        return sign * (step + decay * new) if nesterov else sign * new
 
-        def rule(g, v):
-            step = eta * g
-            if nesterov:
-                return mu * widen(v) + step, lambda new: sign * (step + mu * new)
-            return mu * widen(v) + step, lambda new: sign * new
-
-        updates, trace = step_buffer(rule, updates, state.trace)
-        return updates, TraceState(count=safe_increment(state.count), trace=trace)
-
-    return GradientTransformation(init, update)
+    return leaf
 
 
 __all__ = ["TraceState", "trace", "trace_with_lr"]

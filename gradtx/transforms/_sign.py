@@ -7,22 +7,13 @@ from typing import Any, Literal, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base._checks import check_in_range, check_non_negative, check_one_of, check_positive
+from .._base._checks import check_one_of, check_positive
+from .._base._numerics import widen
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation
-from ..state import _quantize
-from ..tree import assert_same_structure
-from ._elementwise import elementwise
-from ._moments import packs_leaves, step_buffer
-from ._tier import (
-    check_float_dtype,
-    check_moment_dtype,
-    ema,
-    moment_buffers,
-    safe_increment,
-    stateless,
-    zero_count,
-)
+from ._elementwise import ElementwiseState
+from ._rule import decay, non_negative, rule, slot
+from ._tier import ema, stateless
 
 LION_MODES = ("hard", "smooth", "refined")
 
@@ -84,36 +75,35 @@ def scale_by_lion(
 
     Reference: Chen et al., "Symbolic Discovery of Optimization Algorithms" (NeurIPS 2023).
     """
-    who = "scale_by_lion"
-    check_in_range(who, "b1", b1, 0.0, 1.0, high_open=True)
-    check_in_range(who, "b2", b2, 0.0, 1.0, high_open=True)
-    check_one_of(who, "mode", mode, LION_MODES)
-    check_moment_dtype(who, "mu_dtype", mu_dtype)
-    check_positive(who, "smooth_beta", smooth_beta)
+    return _lion(b1=b1, b2=b2, mode=mode, smooth_beta=smooth_beta, mu_dtype=mu_dtype)
 
-    def squash(c):
-        if mode == "hard":
-            return jnp.sign(c)
-        if mode == "smooth":
-            return jnp.tanh(smooth_beta * c)
-        return jnp.where(jnp.abs(c) < 1.0, c, jnp.sign(c))
 
-    def init(params):
-        return ScaleByLionState(
-            count=zero_count(), mu=moment_buffers(params, mu_dtype, signed=True)
-        )
+def _squash(mode: str, smooth_beta: ArrayLike, c: Any) -> Any:
+    if mode == "hard":
+        return jnp.sign(c)
+    if mode == "smooth":
+        return jnp.tanh(smooth_beta * c)
+    return jnp.where(jnp.abs(c) < 1.0, c, jnp.sign(c))
 
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        assert_same_structure(who, updates=updates, **{"state.mu": _quantize.as_leaves(state.mu)})
 
-        def rule(g, m):  # the update reads the old momentum
-            return ema(b2, g, m), lambda _: squash(ema(b1, g, m))
+@rule(
+    "scale_by_lion",
+    ScaleByLionState,
+    slots={"mu": slot(dtype="mu_dtype")},
+    checks={
+        "b1": decay,
+        "b2": decay,
+        "mode": lambda who, name, value: check_one_of(who, name, value, LION_MODES),
+        "smooth_beta": lambda who, name, value: check_positive(who, name, value),
+    },
+)
+def _lion(t, *, b1, b2, mode, smooth_beta):
+    def leaf(g, s):
+        m = s.mu  # the update reads the old momentum
+        s.keep("mu", ema(b2, g, m))
+        return _squash(mode, smooth_beta, ema(b1, g, m))
 
-        updates, mu = step_buffer(rule, updates, state.mu, pack=packs_leaves(mu_dtype))
-        return updates, ScaleByLionState(count=safe_increment(state.count), mu=mu)
-
-    return GradientTransformation(init, update)
+    return leaf
 
 
 def scale_by_sign_agreement(
@@ -142,17 +132,22 @@ def scale_by_sign_agreement(
     Reference: RETURNN `NeuralOptimizer1` (`returnn/tf/updater.py`); Bello et al., "Neural
     Optimizer Search with Reinforcement Learning" (ICML 2017).
     """
-    who = "scale_by_sign_agreement"
-    check_float_dtype(who, "mu_dtype", mu_dtype)
-    check_in_range(who, "beta1", beta1, 0.0, 1.0, high_open=True)
-    check_non_negative(who, "decrease_factor", decrease_factor)
+    return _sign_agreement(beta1=beta1, decrease_factor=decrease_factor, mu_dtype=mu_dtype)
 
-    def rule(g, m, t):
-        del t
-        m = ema(beta1, g, m)
-        return jnp.where(jnp.sign(g) == jnp.sign(m), g, decrease_factor * g), m
 
-    return elementwise(rule, {"m": 0.0}, slot_dtype=mu_dtype, name=who)
+@rule(
+    "scale_by_sign_agreement",
+    ElementwiseState,
+    slots={"m": slot(dtype="mu_dtype")},
+    checks={"beta1": decay, "decrease_factor": non_negative},
+)
+def _sign_agreement(t, *, beta1, decrease_factor):
+    def leaf(g, s):
+        m = ema(beta1, g, widen(s.m))
+        s.keep("m", m)  # the sign is the unrounded mean's
+        return jnp.where(jnp.sign(g) == jnp.sign(m), g, decrease_factor * g)
+
+    return leaf
 
 
 __all__ = [

@@ -1,0 +1,413 @@
+r"""One way to write an update rule: its slots, its hyperparameters and one leaf's arithmetic.
+
+A rule is the arithmetic of one parameter leaf, declared with what it keeps (slots) and what it is
+tuned by (hyperparameters). `rule` turns it into a factory of `GradientTransformation`s and does
+the rest once: the state layout and step counter, construction-time checks, evaluating schedules,
+dtype pinning and every storage codec (any float dtype, bf16, `gradtx.quantized()` 8-bit),
+reading buffers as stored, packing the quantized leaves of an element-wise rule into one codec,
+and the checks of the state it is given.
+
+The rule's function is called once per step and returns the arithmetic of one leaf:
+
+    fn(t, **hyperparameters) -> leaf(g, s) -> update
+
+- `t`: the step number, an int32 scalar, 1 at the first update; the per-step scalars (bias
+  corrections) are computed here, once, before any leaf;
+- hyperparameters: as given to the factory, schedules evaluated at the step (`t - 1`);
+- `g`: a gradient leaf, widened (float32; float64 and complex stay as they are); or, packed,
+  many leaves stacked (an element-wise rule cannot tell);
+- `s`: the leaf's slots. `s.mu` reads slot `mu` as stored (a quantized buffer decoded to
+  float32, any other buffer in its own dtype, so that `decay * s.mu` rounds as the buffer does);
+  `s.keep("mu", value)` makes `value` the slot's new value and returns it as stored, widened,
+  which is what the update must read (for a bf16 or 8-bit buffer the rounded value); `s.param`
+  is the parameter leaf, widened, for a rule declared with `uses_params`.
+
+The update is cast to the gradient's dtype; a slot not kept keeps its buffer.
+
+    @rule("scale_by_adam", ScaleByAdamState, slots=MOMENTS, checks=CHECKS)
+    def _adam(t, *, b1, b2, eps, eps_root, nesterov):
+        m_hat, c2 = bias_corrected_mu(b1, t, nesterov), bias_correction(b2, t)
+
+        def leaf(g, s):
+            m = s.keep("mu", ema(b1, g, s.mu))
+            v = s.keep("nu", ema(b2, abs_sq(g), s.nu))
+            return m_hat(m, g) / (jnp.sqrt(v / c2 + eps_root) + eps)
+
+        return leaf
+
+A rule keeps its moments with `s.keep` rather than returning them because the update must read
+them as stored: a bf16 or 8-bit moment is rounded before Adam divides by it.
+
+A rule whose state depends on an option (AMSGrad's running maximum) gives `state` and `slots` as
+functions of the hyperparameters. A rule that also keeps per-step scalars (Eve's feedback) gives
+`prologue(state, extra_args, t, hyperparameters) -> (extra keyword arguments of fn, new state
+fields)`, once per step before `fn`; the extra keyword arguments go to `fn`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .._base._checks import check_in_range, check_non_negative, expect_state
+from .._base._numerics import safe_increment, value_at, widen, zero_count
+from .._base._typing import ArrayLike
+from ..core._transformation import GradientTransformation, require_params
+from ..state import _packing, _quantize
+from ..state._buffers import check_float_dtype, check_moment_dtype, read, stored
+from ..tree import assert_same_structure, full_like
+
+Check = Callable[[str, str, Any], None]
+
+
+class Slot(NamedTuple):
+    """One state buffer of a rule.
+
+    Attributes:
+      init: its initial value, a real scalar, or the name of the hyperparameter that gives it.
+      dtype: the factory's keyword that chooses its dtype (e.g. "mu_dtype"); None: the params'.
+        One keyword may govern several slots (AMSGrad's `nu` and `nu_max`).
+      signed: the 8-bit code of a quantized buffer: signed (first moments) or unsigned (second
+        moments, non-negative).
+      per_leaf: one scalar per parameter leaf instead of one value per element (NovoGrad's
+        norms); such a slot is never quantized, and its rule is not element-wise.
+      quantizable: its dtype keyword also takes `gradtx.quantized()` (block-wise 8-bit). False
+        for a buffer that 8-bit rounding would spoil at every step (a sum, a copy of the params).
+    """
+
+    init: ArrayLike | str = 0.0
+    dtype: str | None = None
+    signed: bool = True
+    per_leaf: bool = False
+    quantizable: bool = True
+
+
+def slot(
+    init: ArrayLike | str = 0.0,
+    dtype: str | None = None,
+    *,
+    signed: bool = True,
+    per_leaf: bool = False,
+    quantizable: bool = True,
+) -> Slot:
+    """A rule's state buffer (see `Slot`)."""
+    return Slot(init, dtype, signed, per_leaf, quantizable and not per_leaf)
+
+
+def decay(who: str, name: str, value: Any) -> None:
+    """A decay rate in [0, 1)."""
+    check_in_range(who, name, value, 0.0, 1.0, high_open=True)
+
+
+def non_negative(who: str, name: str, value: Any) -> None:
+    """A value >= 0."""
+    check_non_negative(who, name, value)
+
+
+class LeafSlots:
+    """A leaf's slots as a rule sees them (`s` in the module docstring)."""
+
+    def __init__(
+        self,
+        values: dict[str, Any],
+        keep: Callable[[str, Any], tuple[Any, Any]],
+        param: Any = None,
+    ) -> None:
+        self._values = values
+        self._keep = keep
+        self.param = param
+        self.kept: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["_values"][name]
+        except KeyError:
+            raise AttributeError(
+                f"this rule has no slot {name!r}; its slots are {sorted(self._values)}"
+            ) from None
+
+    def keep(self, name: str, value: Any) -> Any:
+        """Make `value` slot `name`'s new value; returns it as stored, widened."""
+        if name not in self._values:
+            raise KeyError(f"this rule has no slot {name!r}; its slots are {sorted(self._values)}")
+        buffer, value = self._keep(name, value)
+        self.kept[name] = buffer
+        self._values[name] = value
+        return value
+
+
+Layout = tuple[type, dict[str, Slot]]
+
+
+class Rule:
+    """A rule declared with `rule`: call it with the factory's keyword arguments (its
+    hyperparameters and dtype keywords) for a `GradientTransformation`."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        name: str,
+        state: type | Callable[[dict[str, Any]], type],
+        slots: Mapping[str, Slot] | Callable[[dict[str, Any]], Mapping[str, Slot]],
+        checks: Mapping[str, Check],
+        schedules: tuple[str, ...],
+        uses_params: bool | Callable[[dict[str, Any]], bool],
+        elementwise: bool,
+        prologue: Callable[..., tuple[dict[str, Any], dict[str, Any]]] | None,
+        fields: Callable[[dict[str, Any]], dict[str, Any]] | None,
+    ) -> None:
+        self.fn = fn
+        self.name = name
+        self.state = state
+        self.slots = slots
+        self.checks = dict(checks)
+        self.schedules = schedules
+        self.uses_params = uses_params
+        self.elementwise = elementwise
+        self.prologue = prologue
+        self.fields = fields
+        self.__doc__ = fn.__doc__
+
+    def layout(self, hyperparameters: dict[str, Any]) -> Layout:
+        state = self.state if isinstance(self.state, type) else self.state(hyperparameters)
+        slots = self.slots(hyperparameters) if callable(self.slots) else self.slots
+        return state, dict(slots)
+
+    def __call__(self, *, who: str | None = None, **kwargs: Any) -> GradientTransformation:
+        who = who or self.name
+        probe = self.layout(kwargs)[1]
+        options = {s.dtype for s in probe.values() if s.dtype is not None}
+        dtypes = {k: kwargs.pop(k, None) for k in sorted(options)}
+        hp = kwargs
+        for key, check in self.checks.items():
+            check(who, key, hp[key])
+        for option in sorted(options):
+            governed = [s for s in probe.values() if s.dtype == option]
+            if all(s.quantizable for s in governed):
+                check_moment_dtype(who, option, dtypes[option])
+            else:
+                check_float_dtype(who, option, dtypes[option])
+        return _transformation(self, who, hp, dtypes)
+
+
+def rule(
+    name: str,
+    state: type | Callable[[dict[str, Any]], type],
+    *,
+    slots: Mapping[str, Slot] | Callable[[dict[str, Any]], Mapping[str, Slot]],
+    checks: Mapping[str, Check] | None = None,
+    schedules: tuple[str, ...] = (),
+    uses_params: bool | Callable[[dict[str, Any]], bool] = False,
+    elementwise: bool = True,
+    prologue: Callable[..., tuple[dict[str, Any], dict[str, Any]]] | None = None,
+    fields: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> Callable[[Callable[..., Any]], Rule]:
+    """Declare an update rule (see the module docstring).
+
+    Args:
+      name: the name errors use (the public factory's).
+      state: the state's NamedTuple class: `count`, then the slots as fields (or one field
+        `slots`, a dict of them), then any `fields`. Or a function of the hyperparameters.
+      slots: slot name -> `slot(...)`, in the order the rule keeps them; or a function of the
+        hyperparameters.
+      checks: hyperparameter name -> `check(who, name, value)`, run at construction.
+      schedules: the hyperparameters that may be schedules `count -> value`, evaluated at the
+        count before the step.
+      uses_params: the rule reads `s.param` (`update` then needs `params`); or a function of the
+        hyperparameters.
+      elementwise: the rule's arithmetic is element by element (no reductions over a leaf), so
+        the quantized leaves may be stepped stacked, with one codec for all.
+      prologue: `(state, extra_args, t, hyperparameters) -> (extra keyword arguments of fn,
+        new values of the state's other fields)`, once per step.
+      fields: `hyperparameters -> {field: initial value}` of the state's other fields.
+    """
+
+    def decorate(fn: Callable[..., Any]) -> Rule:
+        return Rule(
+            fn,
+            name,
+            state,
+            slots,
+            checks or {},
+            schedules,
+            uses_params,
+            elementwise,
+            prologue,
+            fields,
+        )
+
+    return decorate
+
+
+def _nested(state_cls: type, slots: Mapping[str, Slot]) -> bool:
+    """Whether the state holds its slots in one dict field `slots` (`ElementwiseState`)."""
+    fields = getattr(state_cls, "_fields", ())
+    return "slots" in fields and "slots" not in slots
+
+
+def _packs(dtype: Any) -> bool:
+    return bool(getattr(dtype, "pack_leaves", True))
+
+
+def _transformation(
+    r: Rule, who: str, hp: dict[str, Any], dtypes: dict[str, Any]
+) -> GradientTransformation:
+    state_cls, slots = r.layout(hp)
+    names = list(slots)
+    nested = _nested(state_cls, slots)
+    uses_params = r.uses_params(hp) if callable(r.uses_params) else r.uses_params
+    pack = r.elementwise and all(_packs(dtypes.get(s.dtype)) for s in slots.values() if s.dtype)
+
+    def initial(s: Slot) -> Any:
+        return hp[s.init] if isinstance(s.init, str) else s.init
+
+    def init(params):
+        trees = {}
+        for n, s in slots.items():
+            dtype = dtypes.get(s.dtype) if s.dtype else None
+            if s.per_leaf:
+                trees[n] = jax.tree.map(
+                    lambda p, s=s, d=dtype: jnp.full([], initial(s), d or p.dtype), params
+                )
+            elif _quantize.is_quantized_dtype(dtype):
+                trees[n] = _quantize.buffers_like(
+                    params, dtype, signed=s.signed, fill_value=initial(s)
+                )
+            else:
+                trees[n] = full_like(params, initial(s), dtype)
+        extra = r.fields(hp) if r.fields is not None else {}
+        if nested:
+            return state_cls(count=zero_count(), slots=trees, **extra)
+        return state_cls(count=zero_count(), **trees, **extra)
+
+    def update(updates, state, params=None, **extra_args):
+        expect_state(who, state, state_cls)
+        trees = dict(state.slots) if nested else {n: getattr(state, n) for n in names}
+        if nested and sorted(trees) != sorted(names):
+            article = "an" if state_cls.__name__[0] in "AEIOU" else "a"
+            raise ValueError(
+                f"{who}: expected {article} {state_cls.__name__} with slots {names} (from this "
+                f"transformation's init), got slots {sorted(trees)}"
+            )
+        prefix = "state.slots." if nested else "state."
+        per_element = {
+            f"{prefix}{n}": _quantize.as_leaves(trees[n]) for n in names if not slots[n].per_leaf
+        }
+        if per_element:
+            assert_same_structure(who, updates=updates, **per_element)
+        count = safe_increment(state.count)
+        values = {
+            k: value_at(v, state.count, who=who, name=k) if k in r.schedules else v
+            for k, v in hp.items()
+        }
+        extra: dict[str, Any] = {}
+        new_fields: dict[str, Any] = {}
+        if r.prologue is not None:
+            extra, new_fields = r.prologue(state, extra_args, count, values)
+        if uses_params:
+            params = require_params(who, params)
+            assert_same_structure(who, updates=updates, params=params)
+
+        call = r.fn(count, **values, **extra)
+
+        treedef = jax.tree.structure(updates)
+        gs = treedef.flatten_up_to(updates)
+        bufs = {n: treedef.flatten_up_to(trees[n]) for n in names}
+        ps = treedef.flatten_up_to(params) if uses_params else None
+        out_u: list[Any] = [None] * len(gs)
+        out_b = {n: list(bufs[n]) for n in names}
+        packed = _packable(gs, [bufs[n] for n in names]) if pack and names else []
+        if len(packed) > 1:  # one codec per block width (a single leaf: the per-leaf path)
+            size = bufs[names[0]][packed[0]].block_size
+            for group in _by_width(gs, packed, size):
+                us, kept = _packed(call, gs, bufs, ps, group)
+                for j, i in enumerate(group):
+                    out_u[i] = us[j]
+                    for n, new in kept.items():
+                        out_b[n][i] = new[j]
+        for i, g in enumerate(gs):
+            if out_u[i] is not None:
+                continue
+            leaf_bufs = {n: bufs[n][i] for n in names}
+            view = LeafSlots(
+                {n: read(b) for n, b in leaf_bufs.items()},
+                functools.partial(_store_into, leaf_bufs),
+                None if ps is None else widen(jnp.asarray(ps[i])),
+            )
+            out_u[i] = jnp.asarray(call(widen(g), view)).astype(g.dtype)
+            for n, new in view.kept.items():
+                out_b[n][i] = new
+        new_trees = {n: treedef.unflatten(out_b[n]) for n in names}
+        if nested:
+            new_state = state._replace(count=count, slots=new_trees, **new_fields)
+        else:
+            new_state = state._replace(count=count, **new_trees, **new_fields)
+        return treedef.unflatten(out_u), new_state
+
+    tx = GradientTransformation(init, update)
+    return tx
+
+
+def _store_into(buffers: dict[str, Any], name: str, x: Any) -> tuple[Any, Any]:
+    return stored(x, buffers[name])
+
+
+def _packable(gs: list[Any], buffers: list[list[Any]]) -> list[int]:
+    """The leaves that can share one codec: float32 (or narrower) gradients, and every buffer
+    of the leaf quantized with the same block size (so that all share the leaf's layout)."""
+    out = []
+    for i, g in enumerate(gs):
+        bufs = [b[i] for b in buffers]
+        if (
+            all(_quantize.is_quantized(b) for b in bufs)
+            and len({b.block_size for b in bufs}) == 1
+            and jnp.promote_types(g.dtype, jnp.float32) == jnp.float32
+        ):
+            out.append(i)
+    return out
+
+
+def _packed(
+    call: Callable[[Any, LeafSlots], Any],
+    gs: list[Any],
+    bufs: dict[str, list[Any]],
+    ps: list[Any] | None,
+    leaves: list[int],
+) -> tuple[list[Any], dict[str, list[Any]]]:
+    """The rule on the leaves `leaves` at once: their gradients and buffers stacked into one
+    matrix (`_packing.Packing`; the leaves are all of one block width), each buffer decoded and
+    encoded once for all of them, the update cut back into leaves. The rule is element-wise, so
+    every value is the per-leaf path's: the codes, scales and decoded moments bit for bit; the
+    update too, unless XLA rewrites the rule's arithmetic differently in the two programs (seen
+    under sharded `jit`: 1 ulp)."""
+    names = list(bufs)
+    qs = {n: [bufs[n][i] for i in leaves] for n in names}
+    layout = _packing.Packing.of([tuple(gs[i].shape) for i in leaves], qs[names[0]][0].block_size)
+    kept: dict[str, list[Any]] = {}
+
+    def keep(n: str, x: Any) -> tuple[Any, Any]:
+        new, values = layout.store([x], qs[n])
+        kept[n] = new
+        return None, values[0]
+
+    [g] = layout.pack([widen(gs[i]) for i in leaves])
+    param = None if ps is None else layout.pack([widen(jnp.asarray(ps[i])) for i in leaves])[0]
+    view = LeafSlots({n: layout.read(qs[n])[0] for n in names}, keep, param)
+    us = layout.unpack([jnp.broadcast_to(call(g, view), g.shape)])
+    return [x.astype(gs[i].dtype) for i, x in zip(leaves, us, strict=True)], kept
+
+
+def _by_width(gs: list[Any], leaves: list[int], block_size: int) -> list[list[int]]:
+    """`leaves` grouped by the width of their blocks (`_packing`), widest last."""
+    groups: dict[int, list[int]] = {}
+    for i in leaves:
+        width, _ = _packing._rows(tuple(gs[i].shape), block_size)
+        groups.setdefault(width, []).append(i)
+    return [groups[w] for w in sorted(groups)]
+
+
+__all__ = ["LeafSlots", "Rule", "Slot", "decay", "non_negative", "rule", "slot"]
