@@ -172,10 +172,10 @@ from .schedules import warmup_exponential_decay_schedule as warmup_exponential_d
 from .state._quantize import QuantizedArray as QuantizedArray
 from .state._quantize import QuantizedDtype as QuantizedDtype
 from .state._quantize import quantized as quantized
-from .transforms import AdaptiveGradClipState as AdaptiveGradClipState
-from .transforms import AddDecayedWeightsState as AddDecayedWeightsState
 
 # -- primitives ------------------------------------------------------------------------------------
+from .transforms import AdaptiveGradClipState as AdaptiveGradClipState
+from .transforms import AddDecayedWeightsState as AddDecayedWeightsState
 from .transforms import AddNoiseState as AddNoiseState
 from .transforms import BacktrackingLinesearchInfo as BacktrackingLinesearchInfo
 from .transforms import ClipByGlobalNormState as ClipByGlobalNormState

@@ -373,6 +373,8 @@ def alias_errors(
         @functools.wraps(alias)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             tx = guarded(alias)(*args, **kwargs)
+            if hasattr(tx, "_errors_renamed"):  # a gradtx transformation renames its own
+                return tx._errors_renamed(rename, functools.partial(check_params, who))
             if _is_transformation(tx):
                 inner_init = guarded(tx.init)
 

@@ -90,6 +90,17 @@ def bias_correction(decay: ArrayLike, count: ArrayLike) -> jax.Array:
     return 1.0 - decay ** jnp.asarray(count, jnp.float32)
 
 
+def ema(decay: ArrayLike, g: Any, m: Any) -> Any:
+    """`(1 - decay) g + decay m` in Optax's order and precision (`decay m` rounds in `m`'s dtype,
+    so a bf16 buffer gives Optax's numbers); `g` is already widened."""
+    return (1 - decay) * g + decay * m
+
+
+def adam_step_size(b1: ArrayLike, b2: ArrayLike, count: ArrayLike) -> jax.Array:
+    r"""Adam's bias-corrected step factor :math:`\sqrt{1-\beta_2^t} / (1-\beta_1^t)`, float32."""
+    return jnp.sqrt(bias_correction(b2, count)) / bias_correction(b1, count)
+
+
 def safe_divide(numerator: jax.Array, denominator: jax.Array) -> jax.Array:
     """`numerator / denominator`, and 0 where the denominator is 0 (0/0 -> 0, no NaN)."""
     nonzero = denominator != 0

@@ -3,7 +3,7 @@
 `from_config` builds an optimizer from a dict, a YAML / JSON file or string (docs/config.md is
 the schema); `to_config` writes a built one back out; `register`, `get_optimizer`,
 `get_schedule` and `available` are the registry of names the configs use, filled from the
-explicit catalog (`_catalog`), each argument of a declared kind (`_kinds`). The nnabla and
+catalog (`_catalog`), each argument of the kind its annotation says (`_kinds`). The nnabla and
 RETURNN dialects are `gradtx.nnabla.from_nnabla` and `gradtx.returnn.from_returnn`. The public
 API, re-exported explicitly; no logic here.
 """

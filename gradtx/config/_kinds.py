@@ -1,23 +1,50 @@
-"""How each factory argument is given in a config: its kind, declared here.
+"""How each factory argument is given in a config: its kind, read from its annotation.
 
 A kind says what a config may hold for an argument and how it is normalized (`_schema.check_value`)
 and built (`_build`): `learning_rate: {name: cosine_decay, ...}` is a schedule block because
-`learning_rate` is declared `scalar_or_schedule`, `mask: "!**/bias"` a pattern because `mask` is
-declared `mask`. An argument's kind is its name's kind in `ARGUMENT_KINDS`, unless the factory
-declares another one in `OVERRIDES` (where a name means something else there: `decay` is a flag
-of `returnn.amsgrad`). Which arguments a factory has is read from its signature; what they are
-is never guessed from annotations. Every argument of every factory of the catalog
-(`_catalog.SECTIONS`) has a declared kind, a test holds it: a new optimizer declares the kinds of
-its new argument names here. Factories that users `register` take their names' kinds, their own
-`kinds=`, or "any" (handed over unchecked).
+`learning_rate` is annotated `ScalarOrSchedule`, `mask: "!**/bias"` a pattern because `mask` is
+annotated `Mask`. The annotation is the declaration (`kind_of`):
+
+- `ScalarOrSchedule` -> scalar_or_schedule, `Schedule` (a function of one step count giving a
+  number) -> schedule, `Sequence[Schedule]` -> schedule_list;
+- `ArrayLike`, `float` (or `int | float`) -> number, `int` -> int, `bool` -> bool, `str` and a
+  `Literal` of strings -> str, `Seed` (an integer seed or a PRNG key; a config gives the seed)
+  -> int;
+- `DType`, `MomentDType` (a dtype or `gradtx.quantized()`) -> dtype, `Mask` / `MaskOrFn` -> mask;
+- a `GradientTransformation` -> optimizer, `Sequence[int]` -> int_list, a `Mapping` -> mapping;
+- `X | None` -> X, and the argument takes null (so does one whose default is None);
+- any other type (a tuple, a callable that is not a schedule, a class) -> any: handed to the factory
+  unchecked, which checks it itself; `Any` or no annotation says nothing.
+
+`EXPLICIT` holds what an annotation does not say, with the reason. A factory that users
+`register` is read the same way; an argument its annotation says nothing of takes its `kinds=`,
+else the kind that gradtx's own factories give that argument name (`_catalog.by_name`), else
+"any". Every argument of every factory of the catalog (`_catalog.SECTIONS`) has a kind from its
+annotation or `EXPLICIT`: tests/config/test_kinds.py holds it (and lists the arguments still
+annotated `Any`, which take their name's kind until their files are retyped).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Mapping
-from typing import Any
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, Union
+
+from .._base._typing import (
+    Array,
+    ArrayLike,
+    DType,
+    Mask,
+    MaskOrFn,
+    ScalarOrSchedule,
+    Schedule,
+    Seed,
+)
+from ..core import GradientTransformation
+from ..state._quantize import MomentDType
 
 # kind -> what a config holds for it
 KINDS: dict[str, str] = {
@@ -37,279 +64,101 @@ KINDS: dict[str, str] = {
     "any": "anything, handed to the factory unchecked",
 }
 
-# kind -> the argument names of that kind, wherever they appear
-_BY_KIND: dict[str, tuple[str, ...]] = {
-    "number": (
-        "K",
-        "adam_b1",
-        "adam_b2",
-        "adam_eps_root",
-        "adam_weight_decay",
-        "alpha",
-        "b1",
-        "b2",
-        "b3",
-        "balance_probability",
-        "beta",
-        "beta1",
-        "beta2",
-        "beta3",
-        "clip_threshold",
-        "clipping_threshold",
-        "coefficient",
-        "consistent_rms",
-        "decay",
-        "decay_offset",
-        "decay_rate",
-        "decrease_factor",
-        "div_factor",
-        "end_value",
-        "eps",
-        "eps_root",
-        "estim_lr0",
-        "estim_lr_coef",
-        "eta",
-        "eta_minus",
-        "eta_plus",
-        "exponent",
-        "f_min",
-        "f_star",
-        "final_div_factor",
-        "final_lr",
-        "gamma",
-        "gamma_l",
-        "gamma_u",
-        "graft_b2",
-        "init_estim_sq_dist",
-        "init_lr",
-        "init_value",
-        "initial_accumulator_value",
-        "initial_learning_rate",
-        "initial_scale",
-        "k",
-        "l2_norm_clip",
-        "lower_bound",
-        "lr_decay",
-        "matrix_eps",
-        "max_learning_rate",
-        "max_prob",
-        "max_size_triangular",
-        "max_skew_triangular",
-        "max_step_size",
-        "min_norm",
-        "min_prob",
-        "min_step_size",
-        "mu",
-        "noise_multiplier",
-        "pct_final",
-        "pct_start",
-        "peak_decay",
-        "peak_value",
-        "power",
-        "preconditioner_init_scale",
-        "preconditioner_lr",
-        "rank_fraction",
-        "rho",
-        "s_init",
-        "scale",
-        "shampoo_beta",
-        "target_rms",
-        "threshold",
-        "trust_coefficient",
-        "value",
-        "weight_lr_power",
-    ),
-    "int": (
-        "block_size",
-        "comm_size",
-        "cycle_mult",
-        "cycle_steps",
-        "decay_steps",
-        "flat_start",
-        "iter_interval",
-        "key",
-        "lr_decay_interval",
-        "max_iter",
-        "max_precond_dim",
-        "memory_size",
-        "min_dim_size_to_factor",
-        "min_ndim_triangular",
-        "n_heads",
-        "n_kv_heads",
-        "ns_steps",
-        "num_betas",
-        "num_cycles",
-        "output_axis",
-        "precondition_frequency",
-        "print_win_rate_every_n_steps",
-        "rank",
-        "rank_multiple_of",
-        "seed",
-        "start_preconditioning_step",
-        "step_size_down",
-        "step_size_up",
-        "sync_period",
-        "transition_begin",
-        "transition_steps",
-        "update_interval",
-        "update_proj_gap",
-        "warmup_iter",
-        "warmup_steps",
-    ),
-    "bool": (
-        "adapt_lower_bound",
-        "adaptive",
-        "amsgrad",
-        "bias_correction",
-        "bias_correction_mu",
-        "bias_correction_nu",
-        "centered",
-        "clamp",
-        "constraint",
-        "correct_bias",
-        "cpp_trainer",
-        "eps_in_sqrt",
-        "factored",
-        "fixed_decay",
-        "momentum_into_preconditioner_update",
-        "multiply_by_parameter_scale",
-        "nesterov",
-        "normalize_gradient",
-        "opaque_mode",
-        "optimize_1d",
-        "precondition_1d",
-        "rectify",
-        "reset_state",
-        "safeguard_warmup",
-        "scale_init_precond",
-        "staircase",
-        "use_clipping",
-        "verbose",
-        "weight_decouple",
-    ),
-    "str": (
-        "anneal",
-        "batch_axis_name",
-        "graft_type",
-        "interpolate_type",
-        "lr_scheduler_type",
-        "lr_warmup_scheduler_type",
-        "mars_type",
-        "memory_save_mode",
-        "mode",
-        "preconditioning",
-        "proj",
-        "scale_type",
-        "step_size",
-        "update_scale",
-        "variant",
-    ),
-    "dtype": (
-        "accumulator_dtype",
-        "dtype_momentum",
-        "mu_dtype",
-        "nu_dtype",
-        "preconditioner_dtype",
-        "state_dtype",
-    ),
-    "scalar_or_schedule": (
-        "adam_learning_rate",
-        "learning_rate",
-        "momentum",
-        "optimism",
-        "preconditioner_update_probability",
-        "scaling",
-        "weight_decay",
-        "weight_decay_rate",
-    ),
-    "schedule": ("clip_value_fn", "schedule"),
-    "schedule_list": ("schedules",),
-    "optimizer": (
-        "adv_optimizer",
-        "base_optimizer",
-        "hessian_diagonal_fn",
-        "linesearch",
-        "optimizer",
-    ),
-    "mask": ("mask", "trust_ratio_mask", "weight_decay_mask"),
-    "int_list": ("boundaries", "iter_steps", "milestones"),
-    "mapping": (
-        "boundaries_and_scales",
-        "cosine_scheduler_param",
-        "exponential_scheduler_param",
-        "linear_warmup_scheduler_param",
-        "patterns",
-        "polynomial_scheduler_param",
-        "step_scheduler_param",
-    ),
-    # tuples, PRNG keys and callables: what a config can hold of them is the factory's to check
-    "any": (
-        "batch_axes",
-        "betas",
-        "cosine_kwargs",
-        "gluon_l0",
-        "gluon_l1",
-        "init_step",
-        "muon_weight_dimension_numbers",
-        "norm",
-        "ns_coeffs",
-        "radius",
-        "random_seed",
-        "weight_dimension_numbers",
-    ),
-}
-ARGUMENT_KINDS: dict[str, str] = {name: kind for kind, names in _BY_KIND.items() for name in names}
+# gradtx's named annotations and their kinds, compared by equality (a union equals any union of
+# the same members, so `MomentDType` spelled out member by member is recognized as well)
+_NAMED: tuple[tuple[Any, str], ...] = (
+    (ScalarOrSchedule, "scalar_or_schedule"),
+    (Schedule, "schedule"),
+    (ArrayLike, "number"),
+    (DType, "dtype"),
+    (MomentDType, "dtype"),
+    (Mask, "mask"),
+    (MaskOrFn, "mask"),
+    (Seed, "int"),
+)
+_PLAIN = {bool: "bool", int: "int", float: "number", str: "str"}
+_NUMBERS = (ArrayLike, Array, float)  # what a schedule gives
+_SEQUENCES = (list, tuple, Sequence)
+_MAPPINGS = (dict, Mapping)
 
-# catalog kind -> factory (its catalog name, prefix included) -> {argument: kind}, where the
-# name's kind does not hold for that factory
-OVERRIDES: dict[str, dict[str, dict[str, str]]] = {
+# What an annotation does not say. catalog kind -> factory (its catalog name, prefix included) ->
+# {argument: kind}.
+EXPLICIT: dict[str, dict[str, dict[str, str]]] = {
     "optimizer": {
-        "adafactor": {"momentum": "number"},
-        "sm3": {"momentum": "number"},
-        "optimistic_gradient_descent": {
-            "alpha": "scalar_or_schedule",
-            "beta": "scalar_or_schedule",
-        },
-        "returnn.amsgrad": {"decay": "bool"},
-        "contrib.ademamix": {"alpha": "scalar_or_schedule", "b3": "scalar_or_schedule"},
-        "contrib.simplified_ademamix": {"alpha": "scalar_or_schedule"},
-        "contrib.madgrad": {"momentum": "number"},
-        "contrib.mars": {"adam_weight_decay": "scalar_or_schedule"},
-        "contrib.cautious": {"tx": "optimizer", "offset": "number", "descent": "bool"},
-        "contrib.cautious_adamw": {"offset": "number"},
-        # decoupled decay that these take as a number only
-        **{
-            f"contrib.{name}": {"weight_decay": "number"}
-            for name in (
-                "cocob",
-                "dadapt_adamw",
-                "dog",
-                "dowg",
-                "mechanize",
-                "momo",
-                "momo_adam",
-                "muon",
-                "normuon",
-                "prodigy",
-                "schedule_free_adamw",
-                "schedule_free_sgd",
-                "scion",
-            )
-        },
+        # annotated `ArrayLike` but takes a schedule too (until gradtx/contrib/_dion.py, owned by
+        # another change, annotates it `ScalarOrSchedule`)
+        "contrib.dion": {"weight_decay": "scalar_or_schedule"},
     },
     "schedule": {},
 }
-# catalog kind -> factory -> arguments that take null although their default is not None (an
-# argument whose default is None always does)
-NULLABLE: dict[str, dict[str, tuple[str, ...]]] = {
-    "optimizer": {
-        "adafactor": ("clipping_threshold",),
-        "lbfgs": ("linesearch",),
-        "sm3": ("momentum",),
-        "contrib.sophia": ("clip_threshold",),
-    },
-    "schedule": {},
-}
+
+
+def _members(annotation: Any) -> tuple[Any, ...]:
+    if typing.get_origin(annotation) in (Union, types.UnionType):
+        return typing.get_args(annotation)
+    return (annotation,)
+
+
+def _named(members: tuple[Any, ...]) -> str | None:
+    """The kind of the named annotation with these members, if any."""
+    try:
+        given = set(members)
+        return next((k for named, k in _NAMED if given == set(_members(named))), None)
+    except TypeError:  # an unhashable member: no annotation of ours
+        return None
+
+
+def _kind(annotation: Any) -> str | None:
+    """The kind of one member of an annotation (not a union); None for `Any`."""
+    if annotation is Any:
+        return None
+    named = _named((annotation,))
+    if named is not None:
+        return named
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is None and isinstance(annotation, type):
+        if annotation in _PLAIN:
+            return _PLAIN[annotation]
+        if issubclass(annotation, GradientTransformation):
+            return "optimizer"
+        return "mapping" if issubclass(annotation, _MAPPINGS) else "any"
+    if origin is Literal:
+        kinds = {_PLAIN.get(type(a), "any") for a in args}
+        return kinds.pop() if len(kinds) == 1 else "any"
+    if origin in _MAPPINGS:
+        return "mapping"
+    if origin is Callable:  # a function of one argument giving a number: `step -> value`
+        one = len(args) == 2 and isinstance(args[0], list) and len(args[0]) == 1
+        return "schedule" if one and any(args[1] == n for n in _NUMBERS) else "any"
+    if origin in _SEQUENCES:
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            return "any"  # a fixed-length tuple
+        item = _kind(args[0]) if args else None
+        return {"int": "int_list", "schedule": "schedule_list"}.get(item or "", "any")
+    return "any"
+
+
+def _union_kind(members: tuple[Any, ...]) -> str:
+    kinds = {_kind(m) or "any" for m in members}
+    if kinds <= {"number", "int"}:  # `int | float`
+        return "number"
+    if "schedule" in kinds and kinds <= {"number", "int", "schedule"}:  # `float | Schedule`
+        return "scalar_or_schedule"
+    return kinds.pop() if len(kinds) == 1 else "any"
+
+
+def kind_of(annotation: Any) -> tuple[str | None, bool]:
+    """`(kind, takes null)` of a (resolved) annotation; the kind is None where the annotation
+    says nothing (`Any`, none): `ScalarOrSchedule | None` is `("scalar_or_schedule", True)`."""
+    if annotation is inspect.Parameter.empty or isinstance(annotation, str):
+        return None, False  # none, or text that names what cannot be resolved
+    members = _members(annotation)
+    rest = tuple(m for m in members if m is not type(None))
+    nullable = len(rest) < len(members)
+    named = _named(members) or _named(rest)
+    if named is not None or not rest:
+        return named, nullable
+    return (_kind(rest[0]) if len(rest) == 1 else _union_kind(rest)), nullable
 
 
 @functools.cache
@@ -335,35 +184,68 @@ def _params(factory: Callable[..., Any]) -> dict[str, inspect.Parameter]:
         return {}
 
 
+def resolved(factory: Callable[..., Any], annotation: Any) -> Any:
+    """An annotation written as text (`from __future__ import annotations`) evaluated in the
+    factory's module, as `typing.get_type_hints` does; the text itself where that fails."""
+    if not isinstance(annotation, str):
+        return annotation
+    namespace = getattr(inspect.unwrap(factory), "__globals__", {})
+    try:
+        return eval(annotation, namespace)
+    except Exception:
+        return annotation
+
+
+@functools.cache
+def _annotated(factory: Callable[..., Any]) -> dict[str, tuple[str | None, bool]]:
+    """`{argument: (kind, takes null)}` read from the factory's annotations and defaults."""
+    out = {}
+    for name, p in _params(factory).items():
+        kind, nullable = kind_of(resolved(factory, p.annotation))
+        out[name] = (kind, nullable or p.default is None)
+    return out
+
+
+def own(kind: str, name: str, factory: Callable[..., Any]) -> dict[str, str | None]:
+    """`{argument: kind}` that the factory's annotations and `EXPLICIT` say (None: nothing)."""
+    table = EXPLICIT.get(kind, {}).get(name, {})
+    return {a: table.get(a) or k for a, (k, _) in _annotated(factory).items()}
+
+
 def undeclared(kind: str, name: str, factory: Callable[..., Any]) -> list[str]:
-    """The arguments of the catalog factory `name` that have no declared kind."""
-    own = OVERRIDES.get(kind, {}).get(name, {})
-    return [a for a in _params(factory) if a not in own and a not in ARGUMENT_KINDS]
+    """The arguments of the catalog factory `name` whose annotation says no kind (and that
+    `EXPLICIT` does not give one)."""
+    return [a for a, k in own(kind, name, factory).items() if k is None]
 
 
 def declared(
-    kind: str, name: str, factory: Callable[..., Any], given: Mapping[str, str] | None = None
+    kind: str,
+    name: str,
+    factory: Callable[..., Any],
+    given: Mapping[str, str] | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, str], frozenset[str]]:
     """`({argument: kind}, nullable arguments)` of a factory registered as `name`.
 
-    The kinds are `given` (a user's `register(..., kinds=...)`), else the factory's overrides,
-    else the argument name's kind, else "any".
+    The kinds are `given` (a user's `register(..., kinds=...)`), else `EXPLICIT`'s, else the
+    annotation's, else the argument name's in `names` (`_catalog.by_name()`), else "any".
     """
-    own = {**OVERRIDES.get(kind, {}).get(name, {}), **(given or {})}
-    params = _params(factory)
-    kinds = {a: own.get(a) or ARGUMENT_KINDS.get(a, "any") for a in params}
-    extra = NULLABLE.get(kind, {}).get(name, ())
-    nullable = frozenset(a for a, p in params.items() if p.default is None or a in extra)
+    given, names = given or {}, names or {}
+    kinds = {
+        a: given.get(a) or k or names.get(a, "any") for a, k in own(kind, name, factory).items()
+    }
+    nullable = frozenset(a for a, (_, null) in _annotated(factory).items() if null)
     return kinds, nullable
 
 
 __all__ = [
-    "ARGUMENT_KINDS",
+    "EXPLICIT",
     "KINDS",
-    "NULLABLE",
-    "OVERRIDES",
     "declared",
+    "kind_of",
+    "own",
     "params_of",
+    "resolved",
     "signature",
     "undeclared",
 ]

@@ -14,7 +14,8 @@ Names are case- and separator-insensitive: a name is compared after lower-casing
 - the schedule constructors of `gradtx.schedules` (schedules have their own namespace; the Optax
   spellings such as `cosine_decay_schedule` are aliases of the same constructor).
 
-Each entry carries the declared kind of each of its factory's arguments (`_kinds`).
+Each entry carries the kind of each of its factory's arguments, read from its annotation
+(`_kinds`).
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ def normalize(name: str) -> str:
 
 @dataclass
 class Entry:
-    """A registered factory: its canonical name, kind, origin, aliases, and the declared kind of
-    each argument (`_kinds`; "any" for arguments it takes through `**kwargs`)."""
+    """A registered factory: its canonical name, kind, origin, aliases, and the kind of each
+    argument (`_kinds`; "any" for arguments it takes through `**kwargs`)."""
 
     name: str
     factory: Callable[..., Any]
@@ -142,13 +143,13 @@ def _describe(factory: Any) -> str:
 def _discover() -> None:
     """Register the catalog's factories (`config._catalog`, imported here: it imports every
     optimizer module, which the registry's users need not load to register their own)."""
-    from ._catalog import PREFIXED_ONLY, entries
+    from ._catalog import PREFIXED_ONLY, by_name, entries
 
     reg = _REGISTRY
     top_level: set[str] = set()
     seen: dict[int, Entry] = {}
     for section, name, fn in entries():
-        kinds = declared(section.kind, f"{section.prefix}{name}", fn)
+        kinds = declared(section.kind, f"{section.prefix}{name}", fn, names=by_name())
         if section.kind == "schedule":
             if id(fn) in seen:
                 reg.alias("schedule", name, seen[id(fn)])
@@ -206,7 +207,9 @@ def _user_kinds(
                 f"register: kinds names {arg!r}, which the factory does not take"
                 f"{did_you_mean(arg, params)}; its arguments are {list(params)}"
             )
-    return declared("user", "", factory, given)
+    from ._catalog import by_name  # the kinds of argument names, read from every optimizer
+
+    return declared("user", "", factory, given, names=by_name())
 
 
 def register(
@@ -221,10 +224,12 @@ def register(
     """Register a factory so that configs can name it.
 
     The factory's arguments become the config block's hyperparameters. How a config gives each
-    is its kind (docs/config.md): the one declared in `kinds`, else the one gradtx declares for
-    that argument name (`learning_rate` a number or a schedule block, `mask` patterns,
-    `nesterov` a flag, `mu_dtype` a dtype name, ...), else "any" (handed over unchecked).
-    Names are case- and separator-insensitive.
+    is its kind (docs/config.md): the one given in `kinds`, else the one its annotation says
+    (`ScalarOrSchedule` a number or a schedule block, `float` a number, `bool` a flag, ...: see
+    `gradtx/config/_kinds.py`), else, for an argument annotated `Any` or not at all, the kind
+    gradtx's own optimizers give that argument name (`learning_rate` a number or a schedule
+    block, `mask` patterns, `nesterov` a flag, `mu_dtype` a dtype name, ...), else "any"
+    (handed over unchecked). Names are case- and separator-insensitive.
 
     Args:
       name: the canonical name, e.g. `"my_adam"`.
@@ -233,7 +238,7 @@ def register(
       aliases: other names for it.
       kind: "optimizer" or "schedule".
       overwrite: replace an existing factory of the same (normalized) name instead of raising.
-      kinds: `{argument: kind}` for arguments whose kind is not their name's, e.g.
+      kinds: `{argument: kind}` for arguments whose annotation does not say their kind, e.g.
         `{"warmup": "schedule"}`; the kinds are "number", "int", "bool", "str", "dtype",
         "scalar_or_schedule", "schedule", "schedule_list", "optimizer", "mask", "int_list",
         "mapping", "rules" and "any".

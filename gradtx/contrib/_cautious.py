@@ -7,8 +7,9 @@ import jax.numpy as jnp
 
 from .._base._checks import alias_errors, check_non_negative, error_context
 from .._base._numerics import widen
-from .._base._typing import ArrayLike, ScalarOrSchedule
+from .._base._typing import ArrayLike, Mask, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, chain
+from ..state._quantize import MomentDType
 from ..transforms._adam import scale_by_adam
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
@@ -113,12 +114,12 @@ def cautious_adamw(
     b2: ArrayLike = 0.999,
     eps: ArrayLike = 1e-8,
     eps_root: ArrayLike = 0.0,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     weight_decay: ScalarOrSchedule = 1e-4,
-    mask: Any = None,
+    mask: Mask | None = None,
     *,
     offset: ArrayLike = 1.0,
-    nu_dtype: Any = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""C-AdamW: AdamW whose Adam direction is masked by its sign agreement with the gradient;
     the decoupled weight decay is not masked.

@@ -1,12 +1,12 @@
 """COCOB: learning-rate-free descent by continuous coin betting (COCOB-Backprop)."""
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax.numpy as jnp
 
 from .._base._checks import alias_errors, check_non_negative, check_positive
 from .._base._numerics import widen
-from .._base._typing import ArrayLike, Params, ScalarOrSchedule, Updates
+from .._base._typing import ArrayLike, Mask, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain, require_params
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
@@ -112,7 +112,7 @@ def cocob(
     alpha: ArrayLike = 100.0,
     eps: ArrayLike = 1e-8,
     weight_decay: ArrayLike = 0.0,
-    mask: Any = None,
+    mask: Mask | None = None,
 ) -> GradientTransformation:
     r"""COCOB-Backprop: learning-rate-free descent by coin betting.
 

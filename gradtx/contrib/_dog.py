@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from .. import tree as gtree
 from .._base._checks import alias_errors, check_non_negative, check_one_of, check_positive
 from .._base._numerics import widen
-from .._base._typing import ArrayLike, Params, ScalarOrSchedule, Updates
+from .._base._typing import ArrayLike, Mask, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain, identity, require_params
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
@@ -122,7 +122,7 @@ def dog(
     init_step: tuple[str, ArrayLike] = ("heuristic", 1e-6),
     eps: ArrayLike = 1e-8,
     weight_decay: ArrayLike | None = None,
-    mask: Any = None,
+    mask: Mask | None = None,
 ) -> GradientTransformation:
     r"""DoG: SGD whose step size is the distance travelled over the root of the summed squared
     gradient norms.
@@ -245,7 +245,7 @@ def dowg(
     init_estim_sq_dist: ArrayLike | None = None,
     eps: ArrayLike = 1e-4,
     weight_decay: ArrayLike | None = None,
-    mask: Any = None,
+    mask: Mask | None = None,
 ) -> GradientTransformation:
     r"""DoWG: SGD with the distance-over-weighted-gradients step size.
 

@@ -2,7 +2,7 @@
 each parameter, fitted online from random probes (Xi-Lin Li; Evan Walters' PSGD Kron)."""
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -28,9 +28,18 @@ from .._base._numerics import (
     widen,
     zero_count,
 )
-from .._base._typing import ArrayLike, MaskOrFn, Params, ScalarOrSchedule, Updates
+from .._base._typing import (
+    ArrayLike,
+    DType,
+    MaskOrFn,
+    Params,
+    PyTree,
+    ScalarOrSchedule,
+    Seed,
+    Updates,
+)
 from ..core._transformation import GradientTransformation, chain
-from ..state._quantize import as_leaves
+from ..state._quantize import MomentDType, as_leaves
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
 from ..transforms._tier import (
@@ -312,13 +321,13 @@ def scale_by_kron(
     memory_save_mode: str | None = None,
     preconditioner_lr: ArrayLike = 0.1,
     preconditioner_init_scale: float = 1.0,
-    mu_dtype: Any = None,
-    preconditioner_dtype: Any = jnp.float32,
+    mu_dtype: MomentDType | None = None,
+    preconditioner_dtype: DType = jnp.float32,
     *,
-    batch_axes: Any = None,
+    batch_axes: int | Sequence[int] | PyTree | Callable[[Params], PyTree] | None = None,
     momentum_into_preconditioner_update: bool = True,
     balance_probability: ArrayLike = 0.01,
-    seed: Any = 0,
+    seed: Seed = 0,
 ) -> GradientTransformation:
     r"""Precondition the momentum by PSGD's Kronecker-factored preconditioner.
 
@@ -538,13 +547,13 @@ def kron(
     memory_save_mode: str | None = None,
     preconditioner_lr: ArrayLike = 0.1,
     preconditioner_init_scale: float = 1.0,
-    mu_dtype: Any = None,
-    preconditioner_dtype: Any = jnp.float32,
+    mu_dtype: MomentDType | None = None,
+    preconditioner_dtype: DType = jnp.float32,
     *,
-    batch_axes: Any = None,
+    batch_axes: int | Sequence[int] | PyTree | Callable[[Params], PyTree] | None = None,
     momentum_into_preconditioner_update: bool = True,
     balance_probability: ArrayLike = 0.01,
-    seed: Any = 0,
+    seed: Seed = 0,
 ) -> GradientTransformation:
     r"""PSGD Kron: SGD on the momentum preconditioned by Kronecker-factored PSGD factors.
 

@@ -1,14 +1,15 @@
 """LaProp: momentum of the RMSProp-normalised gradient, Adam's bias corrections on both."""
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from .._base._checks import alias_errors
 from .._base._numerics import abs_sq, bias_correction
-from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
+from .._base._typing import ArrayLike, Mask, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
+from ..state._quantize import MomentDType
 from ..transforms._adam import CHECKS, MOMENTS
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._rule import non_negative, rule
@@ -30,8 +31,8 @@ def scale_by_laprop(
     eps: ArrayLike = 1e-15,
     eps_root: ArrayLike = 0.0,
     *,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""Rescale updates by LaProp: the gradient is normalised by the current second moment
     *before* it enters the momentum (Adam normalises the momentum afterwards).
@@ -95,10 +96,10 @@ def laprop(
     eps: ArrayLike = 1e-15,
     eps_root: ArrayLike = 0.0,
     weight_decay: ScalarOrSchedule = 0.0,
-    mask: Any = None,
+    mask: Mask | None = None,
     *,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""LaProp: Adam with the order of momentum and normalisation swapped.
 

@@ -1,13 +1,13 @@
 """Differentially private SGD: per-example clipping, summing and Gaussian noise."""
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from .._base._checks import alias_errors, check_non_negative
 from .._base._numerics import key_data, widen
-from .._base._typing import ArrayLike, ScalarOrSchedule
+from .._base._typing import ArrayLike, ScalarOrSchedule, Seed
 from ..core._transformation import GradientTransformation, chain, identity
 from ..transforms._momentum import trace
 from ..transforms._per_example import per_example_global_norm_clip
@@ -23,7 +23,7 @@ class DifferentiallyPrivateAggregateState(NamedTuple):
 def differentially_private_aggregate(
     l2_norm_clip: ArrayLike,
     noise_multiplier: ArrayLike,
-    key: Any = None,
+    key: Seed | None = None,
     *,
     seed: int | None = None,
 ) -> GradientTransformation:

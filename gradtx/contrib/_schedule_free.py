@@ -16,7 +16,7 @@ from .._base._checks import (
 )
 from .._base._introspect import register
 from .._base._numerics import last_used, safe_increment, value_at, widen
-from .._base._typing import ArrayLike, OptState, Params, ScalarOrSchedule
+from .._base._typing import ArrayLike, DType, OptState, Params, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, chain, forward_extra_args, require_params
 from ..optimizers._sgd import sgd
 from ..schedules import warmup_constant_schedule
@@ -98,7 +98,7 @@ def schedule_free(
     learning_rate: ScalarOrSchedule,
     b1: ArrayLike = 0.9,
     weight_lr_power: ArrayLike = 2.0,
-    state_dtype: Any = None,
+    state_dtype: DType | None = None,
 ) -> GradientTransformation:
     r"""Make `base_optimizer` schedule-free: its iterates :math:`z_t` are averaged into
     :math:`x_t`, and gradients are taken at an interpolation :math:`y_t` of the two.
@@ -217,10 +217,15 @@ def schedule_free(
     )
 
 
-def _warmed_up(learning_rate: ArrayLike, warmup_steps: int | None) -> ScalarOrSchedule:
+def _warmed_up(learning_rate: ScalarOrSchedule, warmup_steps: int | None) -> ScalarOrSchedule:
     check_scalar("schedule_free", "learning_rate", learning_rate)  # a warm-up would broadcast it
     if warmup_steps is None:
         return learning_rate
+    if callable(learning_rate):
+        raise ValueError(
+            "schedule_free: warmup_steps ramps up to a number learning_rate, got a schedule; "
+            "give the schedule its own warm-up (gradtx.schedules.warmup) or pass a number"
+        )
     return warmup_constant_schedule(
         init_value=0.0, peak_value=learning_rate, warmup_steps=warmup_steps
     )
@@ -233,12 +238,12 @@ def _check_warmup(who: str, warmup_steps: int | None) -> None:
 
 @alias_errors(renamed={"weight_decay: rate": "weight_decay"})
 def schedule_free_sgd(
-    learning_rate: ArrayLike = 1.0,
+    learning_rate: ScalarOrSchedule = 1.0,
     warmup_steps: int | None = None,
     b1: ArrayLike = 0.9,
     weight_decay: ArrayLike | None = None,
     weight_lr_power: ArrayLike = 2.0,
-    state_dtype: Any = None,
+    state_dtype: DType | None = None,
 ) -> GradientTransformation:
     r"""Schedule-free SGD.
 
@@ -253,7 +258,8 @@ def schedule_free_sgd(
     `warmup_steps` when given. Evaluate at `schedule_free_eval_params(state, params)`.
 
     Args:
-      learning_rate: :math:`\gamma` >= 0, the SGD learning rate (the peak, with a warmup).
+      learning_rate: :math:`\gamma` >= 0, the SGD learning rate (the peak, with a warmup), or a
+        schedule (without `warmup_steps`).
       warmup_steps: length (>= 1) of a linear warmup from 0, or None.
       b1: :math:`\beta_1` in (0, 1].
       weight_decay: :math:`\lambda` >= 0 added to the gradient (so multiplied by the learning
@@ -291,14 +297,14 @@ def schedule_free_sgd(
 
 @alias_errors(renamed={"weight_decay: rate": "weight_decay", "scale_by_rms: decay": "b2"})
 def schedule_free_adamw(
-    learning_rate: ArrayLike = 0.0025,
+    learning_rate: ScalarOrSchedule = 0.0025,
     warmup_steps: int | None = None,
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.999,
     eps: ArrayLike = 1e-8,
     weight_decay: ArrayLike = 0.0,
     weight_lr_power: ArrayLike = 2.0,
-    state_dtype: Any = None,
+    state_dtype: DType | None = None,
 ) -> GradientTransformation:
     r"""Schedule-free AdamW: AdamW without momentum, made schedule-free.
 
@@ -315,7 +321,8 @@ def schedule_free_adamw(
     `schedule_free_eval_params(state, params)`.
 
     Args:
-      learning_rate: :math:`\gamma` >= 0 (the peak, with a warmup).
+      learning_rate: :math:`\gamma` >= 0 (the peak, with a warmup), or a schedule (without
+        `warmup_steps`).
       warmup_steps: length (>= 1) of a linear warmup from 0, or None.
       b1: :math:`\beta_1` in (0, 1], the interpolation weight (Adam's momentum is off).
       b2: :math:`\beta_2` in [0, 1).

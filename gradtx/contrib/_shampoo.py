@@ -20,8 +20,9 @@ from .._base._checks import (
 )
 from .._base._explicit import auto_partitioned
 from .._base._numerics import bias_correction, cond, safe_increment, zero_count
-from .._base._typing import ArrayLike, MaskOrFn, Params, ScalarOrSchedule, Updates
+from .._base._typing import ArrayLike, DType, MaskOrFn, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
+from ..state._quantize import MomentDType
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
 from ..transforms._tier import (
@@ -193,15 +194,15 @@ def scale_by_shampoo(
     b2: ArrayLike = 0.999,
     eps: ArrayLike = 1e-8,
     matrix_eps: ArrayLike = 1e-6,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     *,
     block_size: int = 512,
     precondition_frequency: int = 10,
     start_preconditioning_step: int = 10,
     graft_type: str = "adam",
     graft_b2: ArrayLike | None = None,
-    preconditioner_dtype: Any = jnp.float32,
-    nu_dtype: Any = None,
+    preconditioner_dtype: DType = jnp.float32,
+    nu_dtype: MomentDType | None = None,
     weight_dimension_numbers: DimensionNumbersOrFn = None,
 ) -> GradientTransformation:
     r"""Precondition each matrix (block) by Shampoo's Kronecker factors, with the step size of a
@@ -425,15 +426,15 @@ def shampoo(
     matrix_eps: ArrayLike = 1e-6,
     weight_decay: ScalarOrSchedule = 0.0,
     mask: MaskOrFn | None = None,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     *,
     block_size: int = 512,
     precondition_frequency: int = 10,
     start_preconditioning_step: int = 10,
     graft_type: str = "adam",
     graft_b2: ArrayLike | None = None,
-    preconditioner_dtype: Any = jnp.float32,
-    nu_dtype: Any = None,
+    preconditioner_dtype: DType = jnp.float32,
+    nu_dtype: MomentDType | None = None,
     weight_dimension_numbers: DimensionNumbersOrFn = None,
 ) -> GradientTransformation:
     r"""Shampoo (blocked, grafted, as Distributed Shampoo) with decoupled weight decay.

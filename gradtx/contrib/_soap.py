@@ -18,9 +18,9 @@ from .._base._checks import (
 )
 from .._base._explicit import auto_partitioned
 from .._base._numerics import bias_correction, safe_increment, widen, zero_count
-from .._base._typing import ArrayLike, Params, ScalarOrSchedule, Updates
+from .._base._typing import ArrayLike, DType, Mask, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
-from ..state._quantize import as_leaves
+from ..state._quantize import MomentDType, as_leaves
 from ..transforms._adam import scale_by_adam
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
@@ -201,15 +201,15 @@ def scale_by_soap(
     b2: ArrayLike = 0.95,
     shampoo_beta: ArrayLike | None = None,
     eps: ArrayLike = 1e-8,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     *,
     precondition_frequency: int = 10,
     max_precond_dim: int = 10000,
     precondition_1d: bool = False,
     correct_bias: bool = True,
     normalize_gradient: bool = False,
-    preconditioner_dtype: Any = jnp.float32,
-    nu_dtype: Any = None,
+    preconditioner_dtype: DType = jnp.float32,
+    nu_dtype: MomentDType | None = None,
     weight_dimension_numbers: DimensionNumbersOrFn = None,
 ) -> GradientTransformation:
     r"""Rescale updates by SOAP: Adam in the eigenbasis of Shampoo's factors.
@@ -484,16 +484,16 @@ def soap(
     shampoo_beta: ArrayLike | None = None,
     eps: ArrayLike = 1e-8,
     weight_decay: ScalarOrSchedule = 0.01,
-    weight_decay_mask: Any = None,
-    mu_dtype: Any = None,
+    weight_decay_mask: Mask | None = None,
+    mu_dtype: MomentDType | None = None,
     *,
     precondition_frequency: int = 10,
     max_precond_dim: int = 10000,
     precondition_1d: bool = False,
     correct_bias: bool = True,
     normalize_gradient: bool = False,
-    preconditioner_dtype: Any = jnp.float32,
-    nu_dtype: Any = None,
+    preconditioner_dtype: DType = jnp.float32,
+    nu_dtype: MomentDType | None = None,
     weight_dimension_numbers: DimensionNumbersOrFn = None,
 ) -> GradientTransformation:
     r"""SOAP: Adam in Shampoo's eigenbasis for the matrices, AdamW for the other leaves.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
@@ -11,7 +12,7 @@ import jax.numpy as jnp
 from jax.tree_util import DictKey, SequenceKey, keystr
 
 from .._base._checks import check_in_range
-from .._base._introspect import register, register_runner, run_links
+from .._base._introspect import inherit, register, register_runner, run_links
 from .._base._typing import ArrayLike, OptState, Params, Updates
 from ..tree import assert_same_structure
 from ..tree._patterns import resolve_mask
@@ -38,6 +39,38 @@ class GradientTransformation(NamedTuple):
 
     init: InitFn
     update: UpdateFn
+
+    def _errors_renamed(
+        self, rename: Callable[[BaseException], BaseException], check: Callable[[Any], None]
+    ) -> GradientTransformation:
+        """This transformation with `check(params)` before `init`, and the `ValueError` or
+        `TypeError` its `init` or `update` raises passed through `rename` (an alias's errors
+        name the alias: `_checks.alias_errors`). The plain `try` adds nothing to what `jax.jit`
+        traces or runs."""
+        inner_init, inner_update = self.init, self.update
+
+        @functools.wraps(inner_init)
+        def init(params):
+            check(params)
+            try:
+                return inner_init(params)
+            except (ValueError, TypeError) as e:
+                new = rename(e)
+                if new is e:
+                    raise
+                raise new from e
+
+        @functools.wraps(inner_update)
+        def update(*args, **kwargs):
+            try:
+                return inner_update(*args, **kwargs)
+            except (ValueError, TypeError) as e:
+                new = rename(e)
+                if new is e:
+                    raise
+                raise new from e
+
+        return inherit(GradientTransformation(init, update), self)
 
 
 # Optax's names: every gradtx transformation takes extra arguments, so Optax's two protocols
@@ -243,26 +276,43 @@ def chain(*transformations: GradientTransformation) -> GradientTransformation:
     def init(params):
         return tuple(tx.init(params) for tx in txs)
 
-    def update(updates, state, params=None, **extra_args):
+    def check(state):
         if not isinstance(state, tuple) or len(state) != len(txs):
             raise ValueError(
                 f"chain: expected a state tuple of {len(txs)} inner states (from this chain's "
                 f"init), got {type(state).__name__}"
                 + (f" of length {len(state)}" if isinstance(state, tuple | list) else "")
             )
-        updates, new = run_links(links, state, updates, params, extra_args)
-        return updates, tuple(new[key] for key, _, _ in links)
+
+    return _linked(init, links, check, tuple)
+
+
+def _linked(
+    init: InitFn,
+    links: list[tuple[Any, GradientTransformation, Callable[..., Any]]],
+    check: Callable[[Any], None],
+    collect: Callable[[Any], Any],
+) -> GradientTransformation:
+    """The transformation that applies `links` (`(state key, transformation, its update taking
+    any extra arguments)`) in order: `chain` and `named_chain`. `check(state)` refuses a state
+    of another layout; `collect` builds the new state from the list of inner states."""
+    keys = [key.idx if isinstance(key, SequenceKey) else key.key for key, _, _ in links]
+
+    def update(updates, state, params=None, **extra_args):
+        check(state)
+        new = []
+        for k, (_, _, fn) in zip(keys, links, strict=True):
+            updates, inner = fn(updates, state[k], params, **extra_args)
+            new.append(inner)
+        return updates, collect(new)
 
     def observed(updates, state, params, extra_args, path, observe):
         updates, new = run_links(
             links, state, updates, params, extra_args, path=path, observe=observe
         )
-        return updates, tuple(new[key] for key, _, _ in links)
+        return updates, collect([new[key] for key, _, _ in links])
 
-    return _registered_chain(GradientTransformation(init, update), links, observed)
-
-
-def _registered_chain(tx: GradientTransformation, links: list, observed: Any) -> Any:
+    tx = GradientTransformation(init, update)
     register(tx, "chain", children=[((key,), inner) for key, inner, _ in links])
     register_runner(tx, observed)
     return tx
@@ -300,7 +350,7 @@ def named_chain(*transformations: tuple[str, GradientTransformation]) -> Gradien
     def init(params):
         return {name: tx.init(params) for name, tx in zip(names, txs, strict=True)}
 
-    def update(updates, state, params=None, **extra_args):
+    def check(state):
         # JAX sorts dict keys when it rebuilds a state (e.g. out of a jitted step), so compare
         # the key sets, not their order.
         if not isinstance(state, dict) or sorted(state) != sorted(names):
@@ -308,16 +358,8 @@ def named_chain(*transformations: tuple[str, GradientTransformation]) -> Gradien
                 f"named_chain: expected a state dict with keys {names} (from this chain's init), "
                 f"got {list(state) if isinstance(state, dict) else type(state).__name__}"
             )
-        updates, new = run_links(links, state, updates, params, extra_args)
-        return updates, {key.key: new[key] for key, _, _ in links}
 
-    def observed(updates, state, params, extra_args, path, observe):
-        updates, new = run_links(
-            links, state, updates, params, extra_args, path=path, observe=observe
-        )
-        return updates, {key.key: new[key] for key, _, _ in links}
-
-    return _registered_chain(GradientTransformation(init, update), links, observed)
+    return _linked(init, links, check, lambda inner: dict(zip(names, inner, strict=True)))
 
 
 def none_covers(driving: Any, other: Any) -> Any:

@@ -7,11 +7,11 @@ Adam variants are in `_adam_variants.py`.
 """
 
 import inspect
-from typing import Any
 
 from .._base._checks import alias_errors
 from .._base._typing import ArrayLike, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, chain
+from ..state._quantize import MomentDType
 from ..transforms import _decay
 from ..transforms._adam import scale_by_adam
 from ..transforms._scaling import scale_by_learning_rate
@@ -25,10 +25,10 @@ def adam(
     b2: ArrayLike = 0.999,
     eps: ArrayLike = 1e-8,
     eps_root: ArrayLike = 0.0,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     *,
     nesterov: bool = False,
-    nu_dtype: Any = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""Adam: steps by the ratio of bias-corrected first and second gradient moments.
 
@@ -84,12 +84,12 @@ def adamw(
     b2: ArrayLike = 0.999,
     eps: ArrayLike = 1e-8,
     eps_root: ArrayLike = 0.0,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     weight_decay: ScalarOrSchedule = 1e-4,
     mask: MaskOrFn | None = None,
     *,
     nesterov: bool = False,
-    nu_dtype: Any = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""AdamW: Adam with decoupled weight decay.
 
@@ -148,10 +148,10 @@ def nadam(
     b2: ArrayLike = 0.999,
     eps: ArrayLike = 1e-8,
     eps_root: ArrayLike = 0.0,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     *,
     nesterov: bool = True,
-    nu_dtype: Any = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""NAdam: Adam with Nesterov momentum; `adam(..., nesterov=True)`.
 
@@ -200,12 +200,12 @@ def nadamw(
     b2: ArrayLike = 0.999,
     eps: ArrayLike = 1e-8,
     eps_root: ArrayLike = 0.0,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     weight_decay: ScalarOrSchedule = 1e-4,
     mask: MaskOrFn | None = None,
     *,
     nesterov: bool = True,
-    nu_dtype: Any = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""NAdamW: NAdam with decoupled weight decay; `adamw(..., nesterov=True)`.
 

@@ -5,11 +5,10 @@ decay (after the preconditioner) and the learning rate. Argument names, order an
 Optax 0.2.8's; the keyword-only `mu_dtype` / `nu_dtype` that Optax lacks are additions.
 """
 
-from typing import Any
-
 from .._base._checks import alias_errors
-from .._base._typing import ArrayLike, ScalarOrSchedule
+from .._base._typing import ArrayLike, DType, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, chain
+from ..state._quantize import MomentDType
 from ..transforms import _decay
 from ..transforms._adam import scale_by_adamax, scale_by_amsgrad
 from ..transforms._adam_variants import (
@@ -29,8 +28,8 @@ def adamax(
     b2: ArrayLike = 0.999,
     eps: ArrayLike = 1e-8,
     *,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""AdaMax: Adam with the infinity norm in place of the second moment.
 
@@ -79,8 +78,8 @@ def adamaxw(
     weight_decay: ScalarOrSchedule = 1e-4,
     mask: MaskOrFn | None = None,
     *,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""AdaMaxW: AdaMax with decoupled weight decay.
 
@@ -130,11 +129,11 @@ def amsgrad(
     b2: ArrayLike = 0.999,
     eps: ArrayLike = 1e-8,
     eps_root: ArrayLike = 0.0,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     bias_correction_mu: bool = True,
     bias_correction_nu: bool = True,
     *,
-    nu_dtype: Any = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""AMSGrad: Adam that divides by the running maximum of the second moment.
 
@@ -197,8 +196,8 @@ def radam(
     threshold: ArrayLike = 5.0,
     *,
     nesterov: bool = False,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""RAdam: Adam with its step rectified while the second moment is still unreliable.
 
@@ -260,8 +259,8 @@ def adabelief(
     eps_root: ArrayLike = 1e-16,
     *,
     nesterov: bool = False,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""AdaBelief: Adam that divides by the spread of the gradient around its running mean.
 
@@ -314,8 +313,8 @@ def yogi(
     b2: ArrayLike = 0.999,
     eps: ArrayLike = 1e-3,
     *,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""Yogi: Adam whose second moment grows or shrinks additively by :math:`(1-\beta_2) g^2`.
 
@@ -363,8 +362,8 @@ def novograd(
     eps_root: ArrayLike = 0.0,
     weight_decay: ScalarOrSchedule = 0.0,
     *,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: DType | None = None,
 ) -> GradientTransformation:
     r"""NovoGrad: momentum of gradients normalised by a per-tensor running norm.
 

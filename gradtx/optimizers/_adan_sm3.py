@@ -4,10 +4,8 @@ Each is a `chain` of public primitives: the preconditioner (`scale_by_adan`, `sc
 optionally decoupled weight decay, and the learning rate.
 """
 
-from typing import Any
-
 from .._base._checks import alias_errors
-from .._base._typing import ArrayLike, ScalarOrSchedule
+from .._base._typing import ArrayLike, Mask, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, chain
 from ..transforms._adan import scale_by_adan
 from ..transforms._decay import weight_decay as weight_decay_tx
@@ -24,7 +22,7 @@ def adan(
     eps: ArrayLike = 1e-8,
     eps_root: ArrayLike = 1e-8,
     weight_decay: ScalarOrSchedule = 0.0,
-    mask: Any = None,
+    mask: Mask | None = None,
 ) -> GradientTransformation:
     r"""Adan: Adam-like steps from moments of the gradients and of their differences, with
     decoupled weight decay.

@@ -1,7 +1,5 @@
 """Adaptive per-coordinate optimizers: Adagrad, Adadelta, RMSprop and Adafactor."""
 
-from typing import Any
-
 import jax.numpy as jnp
 
 from .._base._checks import (
@@ -11,8 +9,9 @@ from .._base._checks import (
     check_non_negative,
     check_positive,
 )
-from .._base._typing import ArrayLike, ScalarOrSchedule
+from .._base._typing import ArrayLike, DType, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, chain, identity
+from ..state._quantize import MomentDType
 from ..transforms._adaptive import (
     scale_by_adadelta,
     scale_by_grad_variance,
@@ -221,7 +220,7 @@ def adafactor(
     multiply_by_parameter_scale: bool = True,
     clipping_threshold: ArrayLike | None = 1.0,
     momentum: ArrayLike | None = None,
-    dtype_momentum: Any = jnp.float32,
+    dtype_momentum: DType = jnp.float32,
     weight_decay_rate: ScalarOrSchedule | None = None,
     eps: ArrayLike = 1e-30,
     factored: bool = True,
@@ -374,8 +373,8 @@ def grad_variance_scaled(
     beta2: ArrayLike = 0.999,
     eps: ArrayLike = 1e-8,
     *,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""SGD with steps shrunk where the gradient deviates unusually from its mean.
 

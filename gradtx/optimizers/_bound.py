@@ -1,11 +1,10 @@
 """AdaBound and AMSBound: Adam whose per-element step sizes are clipped into a band that narrows
 to an SGD learning rate. Defaults are nnabla's (and the paper's)."""
 
-from typing import Any
-
 from .._base._checks import alias_errors
 from .._base._typing import ArrayLike, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, chain
+from ..state._quantize import MomentDType
 from ..transforms._bounded import bound_lr
 from ..transforms._decay import weight_decay as weight_decay_tx
 
@@ -21,8 +20,8 @@ def adabound(
     weight_decay: ScalarOrSchedule = 0.0,
     *,
     initial_learning_rate: ArrayLike | None = None,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""AdaBound: Adam with per-element step sizes clipped into a band narrowing to `final_lr`.
 
@@ -97,8 +96,8 @@ def amsbound(
     *,
     bias_correction: bool = False,
     initial_learning_rate: ArrayLike | None = None,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""AMSBound: AdaBound with AMSGrad's running maximum of the second moment.
 

@@ -1,10 +1,9 @@
 """Eve: Adam with a global feedback factor from the loss (the loss is passed as `value=`)."""
 
-from typing import Any
-
 from .._base._checks import alias_errors
 from .._base._typing import ArrayLike, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, chain
+from ..state._quantize import MomentDType
 from ..transforms._eve import scale_by_eve
 from ..transforms._scaling import scale_by_learning_rate
 
@@ -20,8 +19,8 @@ def eve(
     eps: ArrayLike = 1e-8,
     *,
     f_star: ArrayLike = 0.0,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""Eve: Adam whose step shrinks while the loss changes a lot and grows while it settles.
 

@@ -1,10 +1,9 @@
 """Layer-wise adaptive optimizers for large batches: LAMB and LARS."""
 
-from typing import Any
-
 from .._base._checks import alias_errors, check_in_range, check_non_negative, check_positive
 from .._base._typing import ArrayLike, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, chain
+from ..state._quantize import MomentDType
 from ..transforms._adam import scale_by_adam
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._momentum import trace
@@ -23,8 +22,8 @@ def lamb(
     weight_decay: ScalarOrSchedule = 0.0,
     mask: MaskOrFn | None = None,
     *,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""LAMB: Adam with decoupled weight decay, rescaled per layer by a trust ratio.
 

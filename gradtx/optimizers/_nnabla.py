@@ -12,11 +12,10 @@ the top-level aliases with the settings given in their docstrings; `SgdW`, `RMSp
 nnabla's missing `Eve` is `eve`.
 """
 
-from typing import Any
-
 from .._base._checks import alias_errors
 from .._base._typing import ArrayLike, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, chain
+from ..state._quantize import MomentDType
 from ..transforms._adam import scale_by_adam, scale_by_adam_eps_hat
 from ..transforms._adam_variants import scale_by_belief
 from ..transforms._decay import weight_decay as weight_decay_tx
@@ -34,8 +33,8 @@ def adam(
     b2: ArrayLike = 0.999,
     eps: ArrayLike = 1e-8,
     *,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""Adam in nnabla's (and TensorFlow 1's) form, with :math:`\epsilon` before the corrections.
 
@@ -84,8 +83,8 @@ def adamw(
     *,
     initial_learning_rate: ArrayLike | None = None,
     mask: MaskOrFn | None = None,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""AdamW in nnabla's form: ε-hat Adam, decay scaled by :math:`\eta_t/\eta_0` (not by η).
 

@@ -5,7 +5,6 @@ names and defaults are Optax 0.2.8's.
 """
 
 import warnings
-from typing import Any
 
 from jax.tree_util import SequenceKey
 
@@ -14,6 +13,7 @@ from .._base._introspect import register
 from .._base._numerics import last_used
 from .._base._typing import ArrayLike, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, chain
+from ..state._quantize import MomentDType
 from ..transforms._adam import scale_by_adam
 from ..transforms._optimistic import scale_by_optimistic_gradient
 from ..transforms._scaling import scale_by_learning_rate
@@ -72,7 +72,7 @@ def optimistic_adam(
     b2: ArrayLike = 0.999,
     eps: ArrayLike = 1e-08,
     eps_root: ArrayLike = 0.0,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     *,
     nesterov: bool = True,
 ) -> GradientTransformation:
@@ -157,7 +157,7 @@ def optimistic_adam_v2(
     b2: ArrayLike = 0.999,
     eps: ArrayLike = 1e-08,
     eps_root: ArrayLike = 0.0,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     nesterov: bool = True,
 ) -> GradientTransformation:
     r"""Optimistic Adam with Optax's reworked interface: a learning rate (or schedule) times the

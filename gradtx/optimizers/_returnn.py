@@ -7,12 +7,11 @@ a RETURNN config run. RETURNN's algorithms with names of their own (`normalized_
 `neural_optimizer1`, `grad_variance_scaled`) are at the top level.
 """
 
-from typing import Any
-
 from .._base._checks import alias_errors, check_bool
 from .._base._typing import ArrayLike, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, chain
 from ..schedules import constant, inverse_sqrt
+from ..state._quantize import MomentDType
 from ..transforms._adam import scale_by_adam_eps_hat
 from ..transforms._scaling import scale_by_learning_rate, scale_by_schedule
 
@@ -24,8 +23,8 @@ def nadam(
     b2: ArrayLike = 0.999,
     eps: ArrayLike = 1e-8,
     *,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""RETURNN's (TF1 contrib's) Nadam: Nesterov momentum in the ε-hat Adam step.
 

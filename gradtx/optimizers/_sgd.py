@@ -1,10 +1,9 @@
 """Stochastic gradient descent."""
 
-from typing import Any
-
 from .._base._checks import alias_errors
 from .._base._typing import ArrayLike, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, chain, identity
+from ..state._quantize import MomentDType
 from ..transforms._decay import weight_decay_by_lr_ratio
 from ..transforms._momentum import trace, trace_with_lr
 from ..transforms._scaling import normalize, scale, scale_by_learning_rate
@@ -16,7 +15,7 @@ def sgd(
     learning_rate: ScalarOrSchedule,
     momentum: ScalarOrSchedule | None = None,
     nesterov: bool = False,
-    accumulator_dtype: Any = None,
+    accumulator_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""Stochastic gradient descent, optionally with (Nesterov) momentum.
 

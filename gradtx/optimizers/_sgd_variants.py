@@ -4,11 +4,10 @@ Polyak-step SGD, Rprop and Signum.
 Each is a `chain` of public primitives.
 """
 
-from typing import Any
-
 from .._base._checks import alias_errors, check_non_negative
-from .._base._typing import ArrayLike, ScalarOrSchedule
+from .._base._typing import ArrayLike, ScalarOrSchedule, Seed
 from ..core._transformation import GradientTransformation, chain
+from ..state._quantize import MomentDType
 from ..transforms._fromage import scale_by_learning_rate_and_shrink
 from ..transforms._gradient_ops import add_noise
 from ..transforms._polyak import scale_by_polyak
@@ -65,9 +64,9 @@ def noisy_sgd(
     learning_rate: ScalarOrSchedule,
     eta: ArrayLike = 0.01,
     gamma: ArrayLike = 0.55,
-    key: Any = None,
+    key: Seed | None = None,
     *,
-    seed: Any = None,
+    seed: Seed | None = None,
 ) -> GradientTransformation:
     r"""SGD on gradients with annealed Gaussian noise.
 
@@ -221,7 +220,9 @@ def rprop(
 
 @alias_errors(renamed={"scale_by_lion: b1": "beta", "scale_by_lion: b2": "beta"})
 def signum(
-    learning_rate: ScalarOrSchedule, beta: ArrayLike = 0.9, accumulator_dtype: Any = None
+    learning_rate: ScalarOrSchedule,
+    beta: ArrayLike = 0.9,
+    accumulator_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""Signum: steps by the sign of an exponential moving average of the gradients.
 

@@ -1,10 +1,9 @@
 """Sign-based optimizers: signSGD and Lion."""
 
-from typing import Any
-
 from .._base._checks import alias_errors
 from .._base._typing import ArrayLike, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, chain
+from ..state._quantize import MomentDType
 from ..transforms import _decay
 from ..transforms._scaling import scale_by_learning_rate
 from ..transforms._sign import scale_by_lion, scale_by_sign, scale_by_sign_agreement
@@ -44,7 +43,7 @@ def lion(
     learning_rate: ScalarOrSchedule,
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.99,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     weight_decay: ScalarOrSchedule = 1e-3,
     mask: MaskOrFn | None = None,
 ) -> GradientTransformation:
@@ -98,7 +97,7 @@ def neural_optimizer1(
     beta1: ArrayLike = 0.9,
     decrease_factor: ArrayLike = 0.1,
     *,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""SGD that shrinks the steps whose sign disagrees with the running mean (`NeuralOptimizer1`).
 

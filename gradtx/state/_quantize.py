@@ -45,11 +45,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any
+from typing import Any, TypeAlias
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from .._base._typing import DType
 
 DEFAULT_BLOCK_SIZE = 2048  # the paper's
 DEFAULT_MIN_SIZE = 4096  # smaller leaves stay in full precision (bitsandbytes' min_8bit_size)
@@ -107,6 +109,11 @@ class QuantizedDtype:
             f"quantized(block_size={self.block_size}, min_size={self.min_size}, "
             f"signed={self.signed}, pack_leaves={self.pack_leaves})"
         )
+
+
+MomentDType: TypeAlias = DType | QuantizedDtype
+"""How a moment buffer is stored: a dtype (`jnp.bfloat16`, `"float32"`) or a storage spec such as
+`gradtx.quantized()` (8-bit codes and block scales); a config gives a dtype name."""
 
 
 def quantized(
@@ -534,4 +541,4 @@ def as_leaves(tree: Any) -> Any:
     )
 
 
-__all__ = ["QuantizedArray", "QuantizedDtype", "decode", "encode", "quantized"]
+__all__ = ["MomentDType", "QuantizedArray", "QuantizedDtype", "decode", "encode", "quantized"]

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 from .._base._numerics import abs_sq, bias_correction, safe_divide, safe_increment, widen
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation
+from ..state._quantize import MomentDType
 from ._rule import decay, non_negative, rule, slot
 from ._tier import adam_step_size, ema
 
@@ -144,8 +145,8 @@ def scale_by_adam(
     eps: ArrayLike = 1e-8,
     eps_root: ArrayLike = 0.0,
     *,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
     nesterov: bool = False,
 ) -> GradientTransformation:
     r"""Rescale updates by Adam's bias-corrected moment estimates.
@@ -191,8 +192,8 @@ def scale_by_adamax(
     b2: ArrayLike = 0.999,
     eps: ArrayLike = 1e-8,
     *,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""Rescale updates by AdaMax: Adam with an exponentially weighted infinity norm.
 
@@ -227,8 +228,8 @@ def scale_by_amsgrad(
     eps: ArrayLike = 1e-8,
     eps_root: ArrayLike = 0.0,
     *,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
     bias_correction_mu: bool = True,
     bias_correction_nu: bool = True,
 ) -> GradientTransformation:
@@ -281,8 +282,8 @@ def scale_by_adam_eps_hat(
     bias_correction: bool = True,
     amsgrad: bool = False,
     nesterov: bool = False,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""Rescale updates by Adam with its bias corrections folded into the step size (ε-hat form).
 

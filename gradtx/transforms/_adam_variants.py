@@ -17,8 +17,9 @@ import numpy as np
 
 from .._base._checks import check_in_range, concrete
 from .._base._numerics import abs_sq, bias_correction, widen
-from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
+from .._base._typing import ArrayLike, DType, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation
+from ..state._quantize import MomentDType
 from ._adam import CHECKS, MOMENTS, ScaleByAdamState, ScaleByAmsgradState, bias_corrected_mu
 from ._rule import non_negative, rule, slot
 from ._tier import ema
@@ -50,8 +51,8 @@ def scale_by_belief(
     amsgrad: bool = False,
     rectify: bool = False,
     accumulate_eps_root: bool = True,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""Rescale updates by AdaBelief: Adam with the variance of the gradient around its EMA.
 
@@ -116,8 +117,8 @@ def scale_by_yogi(
     eps_root: ArrayLike = 0.0,
     initial_accumulator_value: ArrayLike = 1e-6,
     *,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""Rescale updates by Yogi: Adam whose second moment moves additively towards :math:`g^2`.
 
@@ -163,8 +164,8 @@ def scale_by_radam(
     threshold: ArrayLike = 5.0,
     *,
     nesterov: bool = False,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""Rescale updates by Rectified Adam: Adam once the variance of its step is tractable.
 
@@ -224,8 +225,8 @@ def scale_by_novograd(
     eps_root: ArrayLike = 0.0,
     weight_decay: ScalarOrSchedule = 0.0,
     *,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: DType | None = None,
 ) -> GradientTransformation:
     r"""Rescale updates by NovoGrad: momentum of gradients normalised per parameter tensor.
 

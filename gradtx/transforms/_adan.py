@@ -7,30 +7,21 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base._checks import check_in_range, check_non_negative
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation
-from ..tree import assert_same_structure, map_split
-from ._tier import (
-    abs_sq,
-    bias_correction,
-    ema,
-    safe_increment,
-    stored,
-    widen,
-    zero_count,
-    zeros_like_params,
-)
+from ..state._quantize import MomentDType
+from ._rule import decay, non_negative, rule, slot
+from ._tier import abs_sq, bias_correction, ema, widen
 
 
 class ScaleByAdanState(NamedTuple):
     """State of `scale_by_adan`."""
 
     count: jax.Array  # type: ignore[assignment]  # int32, saturating
-    mu: Updates  # m: EMA of the gradients
-    delta: Updates  # v: EMA of the gradient differences g_t - g_{t-1}
-    nu: Updates  # n: EMA of |g_t + (1 - b2)(g_t - g_{t-1})|^2
-    prev_grad: Updates  # g_{t-1}, the last gradient seen
+    mu: Updates  # m: EMA of the gradients, dtype mu_dtype or the params'
+    delta: Updates  # v: EMA of the gradient differences g_t - g_{t-1}, dtype mu_dtype or params'
+    nu: Updates  # n: EMA of |g_t + (1 - b2)(g_t - g_{t-1})|^2, dtype nu_dtype or the params'
+    prev_grad: Updates  # g_{t-1}, the last gradient seen, dtype of the params
 
 
 def scale_by_adan(
@@ -39,6 +30,9 @@ def scale_by_adan(
     b3: ArrayLike = 0.99,
     eps: ArrayLike = 1e-8,
     eps_root: ArrayLike = 0.0,
+    *,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""Rescale updates by Adan's bias-corrected moments of gradients and gradient differences.
 
@@ -60,6 +54,9 @@ def scale_by_adan(
       b3: :math:`\beta_3` in [0, 1), decay of the squared term.
       eps: :math:`\epsilon` >= 0 added to the denominator outside the square root.
       eps_root: :math:`\epsilon_{root}` >= 0 added inside the square root.
+      mu_dtype: dtype of :math:`m` and :math:`v` (default: the params' dtype), or
+        `gradtx.quantized()` for block-wise 8-bit storage (signed code).
+      nu_dtype: dtype of :math:`n` (default: the params' dtype), or `gradtx.quantized()`.
 
     Returns:
       A `GradientTransformation` with state `ScaleByAdanState(count, mu, delta, nu, prev_grad)`.
@@ -67,47 +64,35 @@ def scale_by_adan(
     Reference: Xie et al., "Adan: Adaptive Nesterov Momentum Algorithm for Faster Optimizing
     Deep Models" (arXiv:2208.06677, 2022), Algorithm 1.
     """
-    who = "scale_by_adan"
-    check_in_range(who, "b1", b1, 0.0, 1.0, high_open=True)
-    check_in_range(who, "b2", b2, 0.0, 1.0, high_open=True)
-    check_in_range(who, "b3", b3, 0.0, 1.0, high_open=True)
-    check_non_negative(who, "eps", eps)
-    check_non_negative(who, "eps_root", eps_root)
+    return _adan(
+        b1=b1, b2=b2, b3=b3, eps=eps, eps_root=eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype
+    )
 
-    def init(params):
-        return ScaleByAdanState(
-            count=zero_count(),
-            mu=zeros_like_params(params),
-            delta=zeros_like_params(params),
-            nu=zeros_like_params(params),
-            prev_grad=zeros_like_params(params),
-        )
 
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        assert_same_structure(who, updates=updates, **{"state.mu": state.mu})
-        first = state.count == 0
-        count = safe_increment(state.count)
-        c1 = bias_correction(b1, count)
-        c2 = bias_correction(b2, count)
-        c3 = bias_correction(b3, count)
+@rule(
+    "scale_by_adan",
+    ScaleByAdanState,
+    slots={
+        "mu": slot(dtype="mu_dtype"),
+        "delta": slot(dtype="mu_dtype"),
+        "nu": slot(dtype="nu_dtype", signed=False),
+        "prev_grad": slot(quantizable=False),
+    },
+    checks={"b1": decay, "b2": decay, "b3": decay, "eps": non_negative, "eps_root": non_negative},
+)
+def _adan(t, *, b1, b2, b3, eps, eps_root):
+    first = t == 1
+    c1, c2, c3 = bias_correction(b1, t), bias_correction(b2, t), bias_correction(b3, t)
 
-        def leaf(g, m, v, n, g_prev):
-            gw = widen(g)
-            d = jnp.where(first, jnp.zeros_like(gw), gw - widen(g_prev))
-            m_buf, m_new = stored(ema(b1, gw, m), m)
-            v_buf, v_new = stored(ema(b2, d, v), v)
-            n_buf, n_new = stored(ema(b3, abs_sq(gw + (1 - b2) * d), n), n)
-            direction = m_new / c1 + (1 - b2) * (v_new / c2)
-            u = direction / (jnp.sqrt(n_new / c3 + eps_root) + eps)
-            return u.astype(g.dtype), m_buf, v_buf, n_buf, g.astype(g_prev.dtype)
+    def leaf(g, s):
+        d = jnp.where(first, jnp.zeros_like(g), g - widen(s.prev_grad))
+        m = s.keep("mu", ema(b1, g, s.mu))
+        v = s.keep("delta", ema(b2, d, s.delta))
+        n = s.keep("nu", ema(b3, abs_sq(g + (1 - b2) * d), s.nu))
+        s.keep("prev_grad", g)
+        return (m / c1 + (1 - b2) * (v / c2)) / (jnp.sqrt(n / c3 + eps_root) + eps)
 
-        updates, mu, delta, nu, prev = map_split(
-            leaf, 5, updates, state.mu, state.delta, state.nu, state.prev_grad
-        )
-        return updates, ScaleByAdanState(count=count, mu=mu, delta=delta, nu=nu, prev_grad=prev)
-
-    return GradientTransformation(init, update)
+    return leaf
 
 
 __all__ = ["ScaleByAdanState", "scale_by_adan"]

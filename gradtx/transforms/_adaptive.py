@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from .._base._checks import check_in_range, check_non_negative
-from .._base._typing import ArrayLike, Updates
+from .._base._typing import ArrayLike, DType, Updates
 from ..core._transformation import GradientTransformation
-from ..tree import assert_same_structure, map_split
+from ..state._quantize import MomentDType
 from ._elementwise import ElementwiseState
 from ._rule import decay, non_negative, rule, slot
 from ._tier import (
     abs_sq,
+    check_moment_dtype,
     ema,
-    moment_buffers,
-    safe_increment,
-    stored,
     widen,
-    zero_count,
-    zeros_like_params,
 )
 from ._tier import bias_correction as _bias_correction  # `bias_correction` is a flag here
 
@@ -32,19 +27,17 @@ from ._tier import bias_correction as _bias_correction  # `bias_correction` is a
 
 class ScaleByRmsState(NamedTuple):
     count: jax.Array  # type: ignore[assignment]  # int32, saturating
-    nu: Updates  # EMA of |g|^2, dtype of the params
+    nu: Updates  # EMA of |g|^2, dtype nu_dtype or the params'
 
 
 class ScaleByStddevState(NamedTuple):
     count: jax.Array  # type: ignore[assignment]  # int32, saturating
-    mu: Updates  # EMA of g, dtype of the params
-    nu: Updates  # EMA of |g|^2, dtype of the params
+    mu: Updates  # EMA of g, dtype mu_dtype or the params'
+    nu: Updates  # EMA of |g|^2, dtype nu_dtype or the params'
 
 
-def _check_rms_args(who: str, decay: ArrayLike, eps: ArrayLike, initial_scale: ArrayLike) -> None:
-    check_in_range(who, "decay", decay, 0.0, 1.0, high_open=True)
-    check_non_negative(who, "eps", eps)
-    check_non_negative(who, "initial_scale", initial_scale)
+#: RMSprop's hyperparameter checks (plain and centered).
+RMS_CHECKS = {"decay": decay, "eps": non_negative, "initial_scale": non_negative}
 
 
 def _inverse_root(x: jax.Array, eps: ArrayLike, eps_in_sqrt: bool) -> jax.Array:
@@ -59,6 +52,8 @@ def scale_by_rms(
     eps_in_sqrt: bool = True,
     bias_correction: bool = False,
     centered: bool = False,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""Divide updates by the root of an exponential moving average of their squares (RMSprop).
 
@@ -86,6 +81,9 @@ def scale_by_rms(
         `scale_by_rms(b2, eps_in_sqrt=False, bias_correction=True)` equals
         `scale_by_adam(b1=0, b2=b2)` without a first moment.
       centered: subtract the squared moving average of the gradient (see `scale_by_stddev`).
+      mu_dtype: dtype of the moving average of the gradient, kept only when `centered`
+        (default: the params' dtype), or `gradtx.quantized()` for block-wise 8-bit storage.
+      nu_dtype: dtype of :math:`\nu` (default: the params' dtype), or `gradtx.quantized()`.
 
     Returns:
       A `GradientTransformation` with state `ScaleByRmsState(count, nu)`
@@ -95,34 +93,41 @@ def scale_by_rms(
     """
     if centered:
         return scale_by_stddev(
-            decay, eps, initial_scale, eps_in_sqrt=eps_in_sqrt, bias_correction=bias_correction
+            decay,
+            eps,
+            initial_scale,
+            eps_in_sqrt=eps_in_sqrt,
+            bias_correction=bias_correction,
+            mu_dtype=mu_dtype,
+            nu_dtype=nu_dtype,
         )
-    who = "scale_by_rms"
-    _check_rms_args(who, decay, eps, initial_scale)
+    check_moment_dtype("scale_by_rms", "mu_dtype", mu_dtype)  # unused, but not unchecked
+    return _rms(
+        decay=decay,
+        eps=eps,
+        initial_scale=initial_scale,
+        eps_in_sqrt=eps_in_sqrt,
+        corrected=bias_correction,
+        nu_dtype=nu_dtype,
+    )
 
-    def init(params):
-        return ScaleByRmsState(
-            count=zero_count(), nu=moment_buffers(params, fill_value=initial_scale)
-        )
 
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        assert_same_structure(who, updates=updates, **{"state.nu": state.nu})
-        count = safe_increment(state.count)
-        corr = _bias_correction(decay, count) if bias_correction else None
+@rule(
+    "scale_by_rms",
+    ScaleByRmsState,
+    slots={"nu": slot("initial_scale", "nu_dtype", signed=False)},
+    checks=RMS_CHECKS,
+)
+def _rms(t, *, decay, eps, initial_scale, eps_in_sqrt, corrected):
+    c = _bias_correction(decay, t) if corrected else None
 
-        def leaf(g, v):
-            g32 = widen(g)
-            # the buffer widened first, so that `decay * v` rounds in float32, not in bf16
-            v_buf, v_new = stored(ema(decay, abs_sq(g32), v.astype(g32.dtype)), v)
-            v_hat = v_new / corr.astype(v_new.dtype) if corr is not None else v_new
-            u = g32 * _inverse_root(v_hat, eps, eps_in_sqrt)
-            return u.astype(g.dtype), v_buf
+    def leaf(g, s):
+        # the buffer widened first, so that `decay * nu` rounds in float32, not in bf16
+        v = s.keep("nu", ema(decay, abs_sq(g), widen(s.nu)))
+        v_hat = v / c.astype(v.dtype) if c is not None else v
+        return g * _inverse_root(v_hat, eps, eps_in_sqrt)
 
-        updates, nu = map_split(leaf, 2, updates, state.nu)
-        return updates, ScaleByRmsState(count=count, nu=nu)
-
-    return GradientTransformation(init, update)
+    return leaf
 
 
 def scale_by_stddev(
@@ -132,6 +137,8 @@ def scale_by_stddev(
     *,
     eps_in_sqrt: bool = True,
     bias_correction: bool = False,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""Divide updates by a running estimate of their standard deviation (centered RMSprop).
 
@@ -157,49 +164,50 @@ def scale_by_stddev(
       bias_correction: must be False (kept for Optax's signature): bias-corrected averages
         make the first variance exactly 0 and the first step :math:`g/\sqrt{\epsilon}`, so
         True raises a `ValueError` that says so.
+      mu_dtype: dtype of :math:`\mu` (default: the params' dtype), or `gradtx.quantized()` for
+        block-wise 8-bit storage.
+      nu_dtype: dtype of :math:`\nu` (default: the params' dtype), or `gradtx.quantized()`.
 
     Returns:
       A `GradientTransformation` with state `ScaleByStddevState(count, mu, nu)`.
 
     Reference: Graves, "Generating Sequences With Recurrent Neural Networks" (2013), eq. 38-40.
     """
-    who = "scale_by_stddev"
-    _check_rms_args(who, decay, eps, initial_scale)
+    tx = _stddev(
+        decay=decay,
+        eps=eps,
+        initial_scale=initial_scale,
+        eps_in_sqrt=eps_in_sqrt,
+        mu_dtype=mu_dtype,
+        nu_dtype=nu_dtype,
+    )
     if bias_correction:
         raise ValueError(
-            f"{who}: bias_correction=True is not supported with centering: after the first step "
-            "the bias-corrected variance of a single gradient is exactly 0 (m_hat = g, "
-            "v_hat = g^2), so the first update is g / sqrt(eps), about 1/sqrt(eps) times the "
-            "gradient; use bias_correction=False (centered RMSprop as in Graves 2013, PyTorch and "
-            "Optax's default), or centered=False to keep the bias correction"
+            "scale_by_stddev: bias_correction=True is not supported with centering: after the "
+            "first step the bias-corrected variance of a single gradient is exactly 0 "
+            "(m_hat = g, v_hat = g^2), so the first update is g / sqrt(eps), about 1/sqrt(eps) "
+            "times the gradient; use bias_correction=False (centered RMSprop as in Graves 2013, "
+            "PyTorch and Optax's default), or centered=False to keep the bias correction"
         )
+    return tx
 
-    def init(params):
-        return ScaleByStddevState(
-            count=zero_count(),
-            mu=zeros_like_params(params),
-            nu=moment_buffers(params, fill_value=initial_scale),
-        )
 
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        assert_same_structure(who, updates=updates, **{"state.mu": state.mu, "state.nu": state.nu})
-        count = safe_increment(state.count)
+@rule(
+    "scale_by_stddev",
+    ScaleByStddevState,
+    slots={"mu": slot(dtype="mu_dtype"), "nu": slot("initial_scale", "nu_dtype", signed=False)},
+    checks=RMS_CHECKS,
+)
+def _stddev(t, *, decay, eps, initial_scale, eps_in_sqrt):
+    def leaf(g, s):
+        m = s.keep("mu", ema(decay, g, widen(s.mu)))
+        v = s.keep("nu", ema(decay, abs_sq(g), widen(s.nu)))
+        # v - |m|^2 is a variance: >= 0 exactly, but rounding (bf16 buffers, a constant
+        # gradient) can make the difference negative, and sqrt would give NaN.
+        variance = jnp.maximum(v - abs_sq(m), 0.0)
+        return g * _inverse_root(variance, eps, eps_in_sqrt)
 
-        def leaf(g, m, v):
-            g32 = widen(g)
-            m_buf, m_new = stored(ema(decay, g32, m.astype(g32.dtype)), m)
-            v_buf, v_new = stored(ema(decay, abs_sq(g32), v.astype(g32.dtype)), v)
-            # v - |m|^2 is a variance: >= 0 exactly, but rounding (bf16 buffers, a constant
-            # gradient) can make the difference negative, and sqrt would give NaN.
-            variance = jnp.maximum(v_new - abs_sq(m_new), 0.0)
-            u = g32 * _inverse_root(variance, eps, eps_in_sqrt)
-            return u.astype(g.dtype), m_buf, v_buf
-
-        updates, mu, nu = map_split(leaf, 3, updates, state.mu, state.nu)
-        return updates, ScaleByStddevState(count=count, mu=mu, nu=nu)
-
-    return GradientTransformation(init, update)
+    return leaf
 
 
 # --------------------------------------------------------------------------------------------
@@ -216,6 +224,7 @@ def scale_by_rss(
     eps: ArrayLike = 1e-7,
     *,
     eps_in_sqrt: bool = True,
+    nu_dtype: DType | None = None,
 ) -> GradientTransformation:
     r"""Divide updates by the root of the sum of all squared updates so far (Adagrad).
 
@@ -234,6 +243,7 @@ def scale_by_rss(
       initial_accumulator_value: :math:`G_0` >= 0.
       eps: :math:`\epsilon` >= 0.
       eps_in_sqrt: add `eps` inside the square root (Optax) or outside it (nnabla, PyTorch).
+      nu_dtype: float dtype of :math:`G` (default: the params' dtype); a sum, so not 8-bit.
 
     Returns:
       A `GradientTransformation` with state `ScaleByRssState(sum_of_squares)`.
@@ -241,33 +251,32 @@ def scale_by_rss(
     Reference: Duchi, Hazan & Singer, "Adaptive Subgradient Methods for Online Learning and
     Stochastic Optimization" (JMLR 2011).
     """
-    who = "scale_by_rss"
-    check_non_negative(who, "initial_accumulator_value", initial_accumulator_value)
-    check_non_negative(who, "eps", eps)
+    return _rss(
+        initial_accumulator_value=initial_accumulator_value,
+        eps=eps,
+        eps_in_sqrt=eps_in_sqrt,
+        nu_dtype=nu_dtype,
+    )
 
-    def init(params):
-        return ScaleByRssState(
-            sum_of_squares=moment_buffers(params, fill_value=initial_accumulator_value)
+
+@rule(
+    "scale_by_rss",
+    ScaleByRssState,
+    slots={
+        "sum_of_squares": slot(
+            "initial_accumulator_value", "nu_dtype", signed=False, quantizable=False
         )
+    },
+    checks={"initial_accumulator_value": non_negative, "eps": non_negative},
+)
+def _rss(t, *, initial_accumulator_value, eps, eps_in_sqrt):
+    def leaf(g, s):
+        total = s.keep("sum_of_squares", widen(s.sum_of_squares) + abs_sq(g))
+        positive = total > 0
+        safe = jnp.where(positive, total, 1.0)  # keeps the discarded branch finite
+        return jnp.where(positive, g * _inverse_root(safe, eps, eps_in_sqrt), 0.0)
 
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        assert_same_structure(
-            who, updates=updates, **{"state.sum_of_squares": state.sum_of_squares}
-        )
-
-        def leaf(g, s):
-            g32 = widen(g)
-            s_buf, s_new = stored(s.astype(g32.dtype) + abs_sq(g32), s)
-            positive = s_new > 0
-            safe = jnp.where(positive, s_new, 1.0)  # keeps the discarded branch finite
-            u = jnp.where(positive, g32 * _inverse_root(safe, eps, eps_in_sqrt), 0.0)
-            return u.astype(g.dtype), s_buf
-
-        updates, sum_of_squares = map_split(leaf, 2, updates, state.sum_of_squares)
-        return updates, ScaleByRssState(sum_of_squares=sum_of_squares)
-
-    return GradientTransformation(init, update)
+    return leaf
 
 
 # --------------------------------------------------------------------------------------------
@@ -280,7 +289,9 @@ class ScaleByAdadeltaState(NamedTuple):
     e_x: Updates  # EMA of squared (unit-free) updates, dtype of the params
 
 
-def scale_by_adadelta(rho: ArrayLike = 0.9, eps: ArrayLike = 1e-6) -> GradientTransformation:
+def scale_by_adadelta(
+    rho: ArrayLike = 0.9, eps: ArrayLike = 1e-6, *, nu_dtype: MomentDType | None = None
+) -> GradientTransformation:
     r"""Rescale updates by the ratio of running RMS of past updates and of gradients (Adadelta).
 
     .. math::
@@ -294,34 +305,35 @@ def scale_by_adadelta(rho: ArrayLike = 0.9, eps: ArrayLike = 1e-6) -> GradientTr
     Args:
       rho: :math:`\rho` in [0, 1), decay of both running averages.
       eps: :math:`\epsilon` >= 0.
+      nu_dtype: dtype of both running averages (default: the params' dtype), or
+        `gradtx.quantized()` for block-wise 8-bit storage.
 
     Returns:
       A `GradientTransformation` with state `ScaleByAdadeltaState(e_g, e_x)`.
 
     Reference: Zeiler, "ADADELTA: An Adaptive Learning Rate Method" (arXiv:1212.5701, 2012).
     """
-    who = "scale_by_adadelta"
-    check_in_range(who, "rho", rho, 0.0, 1.0, high_open=True)
-    check_non_negative(who, "eps", eps)
+    return _adadelta(rho=rho, eps=eps, nu_dtype=nu_dtype)
 
-    def init(params):
-        return ScaleByAdadeltaState(e_g=zeros_like_params(params), e_x=zeros_like_params(params))
 
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        assert_same_structure(who, updates=updates, **{"state.e_g": state.e_g})
+@rule(
+    "scale_by_adadelta",
+    ScaleByAdadeltaState,
+    slots={
+        "e_g": slot(dtype="nu_dtype", signed=False),
+        "e_x": slot(dtype="nu_dtype", signed=False),
+    },
+    checks={"rho": decay, "eps": non_negative},
+)
+def _adadelta(t, *, rho, eps):
+    def leaf(g, s):
+        ex = widen(s.e_x)
+        eg = s.keep("e_g", ema(rho, abs_sq(g), widen(s.e_g)))
+        u = jnp.sqrt(ex + eps) / jnp.sqrt(eg + eps) * g
+        s.keep("e_x", ema(rho, abs_sq(u), ex))
+        return u
 
-        def leaf(g, eg, ex):
-            g32 = widen(g)
-            ex32 = ex.astype(g32.dtype)
-            eg_buf, eg_new = stored(ema(rho, abs_sq(g32), eg.astype(g32.dtype)), eg)
-            u = jnp.sqrt(ex32 + eps) / jnp.sqrt(eg_new + eps) * g32
-            return u.astype(g.dtype), eg_buf, ema(rho, abs_sq(u), ex32).astype(ex.dtype)
-
-        updates, e_g, e_x = map_split(leaf, 3, updates, state.e_g, state.e_x)
-        return updates, ScaleByAdadeltaState(e_g=e_g, e_x=e_x)
-
-    return GradientTransformation(init, update)
+    return leaf
 
 
 def scale_by_grad_variance(
@@ -329,8 +341,8 @@ def scale_by_grad_variance(
     beta2: ArrayLike = 0.999,
     eps: ArrayLike = 1e-8,
     *,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""Shrink each gradient entry where it deviates from its mean more than usual.
 

@@ -21,6 +21,7 @@ from .._base._checks import check_positive
 from .._base._numerics import abs_sq, value_at, widen
 from .._base._typing import ArrayLike, ScalarOrSchedule
 from ..core._transformation import GradientTransformation
+from ..state._quantize import MomentDType
 from ._adam import CHECKS, amsgrad_layout
 from ._rule import rule
 from ._scaling import lr_ratio
@@ -68,8 +69,8 @@ def bound_lr(
     bias_correction: bool = True,
     initial_learning_rate: ArrayLike | None = None,
     flip_sign: bool = True,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""Step by Adam's per-element step size clipped into a band that narrows to `final_lr`.
 

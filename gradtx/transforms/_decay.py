@@ -47,22 +47,23 @@ def weight_decay(rate: ScalarOrSchedule, mask: MaskOrFn | None = None) -> Gradie
 
     def update(updates, state, params=None, **extra_args):
         del extra_args
-        expect_state("weight_decay", state, WeightDecayState)
-        # A None update stays None, whatever params has there (Optax's `add_decayed_weights`).
-        params = none_covers(updates, require_params("weight_decay", params))
-        assert_same_structure("weight_decay", updates=updates, params=params)
+        if not isinstance(state, WeightDecayState):
+            expect_state("weight_decay", state, WeightDecayState)
+        if params is None or jax.tree.structure(updates) != jax.tree.structure(params):
+            # A None update stays None, whatever params has there (Optax's
+            # `add_decayed_weights`); any other difference is an error naming it.
+            params = none_covers(updates, require_params("weight_decay", params))
+            assert_same_structure("weight_decay", updates=updates, params=params)
         lam = value_at(rate, state.count, who="weight_decay", name="rate")
-        selected = (
-            jax.tree.map(lambda _: True, params)
-            if mask is None
-            else resolve_mask("weight_decay", mask, params)
-        )
-        updates = jax.tree.map(
-            lambda g, p, on: (g + lam * p).astype(g.dtype) if on else g,
-            updates,
-            params,
-            selected,
-        )
+        if mask is None:
+            updates = jax.tree.map(lambda g, p: (g + lam * p).astype(g.dtype), updates, params)
+        else:
+            updates = jax.tree.map(
+                lambda g, p, on: (g + lam * p).astype(g.dtype) if on else g,
+                updates,
+                params,
+                resolve_mask("weight_decay", mask, params),
+            )
         return updates, WeightDecayState(count=safe_increment(state.count))
 
     return GradientTransformation(init, update)

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from .._base._checks import alias_errors
-from .._base._typing import ScalarOrSchedule
+from .._base._typing import Mask, ScalarOrSchedule
 from ..core._transformation import GradientTransformation
 from ._decay import weight_decay as weight_decay_tx
 
 
 @alias_errors(renamed={"weight_decay: rate": "weight_decay"})
 def add_decayed_weights(
-    weight_decay: ScalarOrSchedule = 0.0, mask: Any = None
+    weight_decay: ScalarOrSchedule = 0.0, mask: Mask | None = None
 ) -> GradientTransformation:
     r"""Add the decayed parameters to the updates: `gradtx.weight_decay` under Optax's name.
 

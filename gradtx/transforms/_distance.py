@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from .._base._checks import check_non_negative, check_positive, check_scalar
 from .._base._numerics import safe_norm, wide_float, widen
-from .._base._typing import ArrayLike, Params, Updates
+from .._base._typing import ArrayLike, DType, Params, Updates
 from ..core._transformation import GradientTransformation, require_params
 from ..state._buffers import check_float_dtype
 from ..tree import assert_same_structure, map_split, norm, zeros_like
@@ -35,7 +35,7 @@ def _concrete(p: Any) -> Any:
 def scale_by_distance_over_gradients(
     reps_rel: ArrayLike = 1e-6,
     eps: ArrayLike = 1e-8,
-    param_dtype: Any = jnp.float32,
+    param_dtype: DType = jnp.float32,
     global_scale: ArrayLike = 1.0,
 ) -> GradientTransformation:
     r"""Scale each leaf by its largest distance from the start over its root summed squared

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from .._base._checks import concrete
 from .._base._numerics import widen
-from .._base._typing import ArrayLike, Updates
+from .._base._typing import ArrayLike, DType, Updates
 from ..core._transformation import GradientTransformation
 from ..state._buffers import check_float_dtype
 from . import _rule
@@ -71,7 +71,7 @@ def elementwise(
     slots: Mapping[str, ArrayLike] | None = None,
     *,
     uses_params: bool = False,
-    slot_dtype: Any = None,
+    slot_dtype: DType | Mapping[str, DType] | None = None,
     name: str = "elementwise",
 ) -> GradientTransformation:
     r"""A transformation from a rule applied to each gradient leaf and its named state slots.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +11,7 @@ from .._base._checks import concrete
 from .._base._numerics import abs_sq, bias_correction
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation, monitored_value
+from ..state._quantize import MomentDType
 from ._adam import CHECKS, MOMENTS
 from ._rule import decay, non_negative, rule
 from ._tier import ema
@@ -35,8 +36,8 @@ def scale_by_eve(
     eps: ArrayLike = 1e-8,
     *,
     f_star: ArrayLike = 0.0,
-    mu_dtype: Any = None,
-    nu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""Rescale updates by Eve: Adam divided by a running measure of how much the loss changes.
 

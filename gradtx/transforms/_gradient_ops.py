@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_non_negative, check_positive
 from .._base._numerics import key_data, safe_increment, widen, zero_count
-from .._base._typing import ArrayLike
+from .._base._typing import ArrayLike, Seed
 from ..core._transformation import GradientTransformation, stateless
 
 
@@ -21,9 +21,9 @@ class AddNoiseState(NamedTuple):
 def add_noise(
     eta: ArrayLike,
     gamma: ArrayLike = 0.55,
-    seed: Any = None,
+    seed: Seed | None = None,
     *,
-    key: Any = None,
+    key: Seed | None = None,
     truncation: float | None = None,
 ) -> GradientTransformation:
     r"""Add annealed Gaussian noise to the updates.

@@ -7,8 +7,9 @@ import jax
 
 from .._base._checks import check_in_range
 from .._base._numerics import widen
-from .._base._typing import ScalarOrSchedule, Updates
+from .._base._typing import DType, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation
+from ..state._quantize import MomentDType
 from ._rule import non_negative, rule, slot
 
 
@@ -22,7 +23,7 @@ class TraceState(NamedTuple):
 
 
 def trace(
-    decay: ScalarOrSchedule, nesterov: bool = False, accumulator_dtype: Any = None
+    decay: ScalarOrSchedule, nesterov: bool = False, accumulator_dtype: MomentDType | None = None
 ) -> GradientTransformation:
     r"""Momentum: accumulate a decaying sum of past updates.
 
@@ -75,7 +76,7 @@ def trace_with_lr(
     *,
     nesterov: bool = False,
     flip_sign: bool = True,
-    accumulator_dtype: Any = None,
+    accumulator_dtype: DType | None = None,
 ) -> GradientTransformation:
     r"""Momentum whose buffer accumulates learning-rate-scaled gradients (nnabla's form).
 

@@ -8,10 +8,10 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_scalar
-from .._base._numerics import safe_increment, value_at, widen, zero_count
+from .._base._numerics import widen
 from .._base._typing import ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation
-from ..tree import assert_same_structure, map_split, zeros_like
+from ._rule import rule, slot
 
 
 class ScaleByOptimisticGradientState(NamedTuple):
@@ -45,32 +45,25 @@ def scale_by_optimistic_gradient(
     Optimistic Gradient Methods for Saddle Point Problems: Proximal Point Approach"
     (AISTATS 2020); Daskalakis et al., "Training GANs with Optimism" (ICLR 2018).
     """
-    who = "scale_by_optimistic_gradient"
-    check_scalar(who, "alpha", alpha)
-    check_scalar(who, "beta", beta)
+    return _optimistic(alpha=alpha, beta=beta)
 
-    def init(params):
-        return ScaleByOptimisticGradientState(count=zero_count(), prev_grad=zeros_like(params))
 
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        assert_same_structure(who, updates=updates, **{"state.prev_grad": state.prev_grad})
-        a = value_at(alpha, state.count, who=who, name="alpha")
-        b = value_at(beta, state.count, who=who, name="beta")
-        first = state.count == 0
+@rule(
+    "scale_by_optimistic_gradient",
+    ScaleByOptimisticGradientState,
+    slots={"prev_grad": slot(quantizable=False)},
+    checks={"alpha": check_scalar, "beta": check_scalar},
+    schedules=("alpha", "beta"),
+)
+def _optimistic(t, *, alpha, beta):
+    first = t == 1
 
-        def leaf(g, g_prev):
-            gw = widen(g)
-            previous = jnp.where(first, gw, widen(g_prev))
-            u = (a + b) * gw - b * previous
-            return u.astype(g.dtype), g.astype(g_prev.dtype)
+    def leaf(g, s):
+        previous = jnp.where(first, g, widen(s.prev_grad))
+        s.keep("prev_grad", g)
+        return (alpha + beta) * g - beta * previous
 
-        updates, prev = map_split(leaf, 2, updates, state.prev_grad)
-        return updates, ScaleByOptimisticGradientState(
-            count=safe_increment(state.count), prev_grad=prev
-        )
-
-    return GradientTransformation(init, update)
+    return leaf
 
 
 __all__ = ["ScaleByOptimisticGradientState", "scale_by_optimistic_gradient"]

@@ -1,6 +1,6 @@
 """Rprop: per-parameter step sizes adapted to the sign agreement of successive gradients."""
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 
@@ -14,7 +14,7 @@ from .._base._checks import (
 from .._base._numerics import widen
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation
-from ..tree import assert_same_structure, full_like, map_split, zeros_like
+from ._rule import rule, slot
 
 
 class ScaleByRpropState(NamedTuple):
@@ -74,42 +74,56 @@ def scale_by_rprop(
         raise ValueError(
             f"{who}: learning_rate is the initial step size and must be a number, not a schedule"
         )
-    check_positive(who, "learning_rate", learning_rate)
-    # as torch.optim.Rprop: a sign flip shrinks the step, an agreement grows it
-    check_in_range(who, "eta_minus", eta_minus, 0.0, 1.0, low_open=True, high_open=True)
-    check_scalar(who, "eta_plus", eta_plus)
-    grow = concrete(eta_plus)
-    if grow is not None and not bool((grow > 1).all()):
-        raise HyperparameterError(who, "eta_plus", eta_plus, "> 1")
-    check_positive(who, "min_step_size", min_step_size)
-    check_positive(who, "max_step_size", max_step_size)
+    tx = _rprop(
+        learning_rate=learning_rate,
+        eta_minus=eta_minus,
+        eta_plus=eta_plus,
+        min_step_size=min_step_size,
+        max_step_size=max_step_size,
+    )
     low, high = concrete(min_step_size), concrete(max_step_size)
     if low is not None and high is not None and not bool((high >= low).all()):
         raise HyperparameterError(
             who, "max_step_size", max_step_size, f">= min_step_size ({float(low)})"
         )
+    return tx
 
-    def init(params):
-        return ScaleByRpropState(
-            step_sizes=full_like(params, learning_rate), prev_updates=zeros_like(params)
-        )
 
-    def leaf(g, step, prev):
-        gw = widen(g)
-        agreement = gw * widen(prev)
+def _shrink(who: str, name: str, value: Any) -> None:
+    # as torch.optim.Rprop: a sign flip shrinks the step, an agreement grows it
+    check_in_range(who, name, value, 0.0, 1.0, low_open=True, high_open=True)
+
+
+def _grow(who: str, name: str, value: Any) -> None:
+    check_scalar(who, name, value)
+    grow = concrete(value)
+    if grow is not None and not bool((grow > 1).all()):
+        raise HyperparameterError(who, name, value, "> 1")
+
+
+@rule(
+    "scale_by_rprop",
+    ScaleByRpropState,
+    slots={"step_sizes": slot("learning_rate"), "prev_updates": slot()},
+    checks={
+        "learning_rate": check_positive,
+        "eta_minus": _shrink,
+        "eta_plus": _grow,
+        "min_step_size": check_positive,
+        "max_step_size": check_positive,
+    },
+)
+def _rprop(t, *, learning_rate, eta_minus, eta_plus, min_step_size, max_step_size):
+    def leaf(g, s):
+        agreement = g * widen(s.prev_updates)
         factor = jnp.where(agreement > 0, eta_plus, eta_minus)
-        adapted = jnp.clip(widen(step) * factor, min_step_size, max_step_size)
-        step_new = jnp.where(agreement == 0, widen(step), adapted).astype(step.dtype)
-        u = jnp.where(agreement < 0, 0.0, widen(step_new) * jnp.sign(gw))
-        return u.astype(g.dtype), step_new, u.astype(prev.dtype)
+        adapted = jnp.clip(widen(s.step_sizes) * factor, min_step_size, max_step_size)
+        step = s.keep("step_sizes", jnp.where(agreement == 0, widen(s.step_sizes), adapted))
+        u = jnp.where(agreement < 0, 0.0, step * jnp.sign(g))
+        s.keep("prev_updates", u)
+        return u
 
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        assert_same_structure(who, updates=updates, **{"state.step_sizes": state.step_sizes})
-        updates, steps, prev = map_split(leaf, 3, updates, state.step_sizes, state.prev_updates)
-        return updates, ScaleByRpropState(step_sizes=steps, prev_updates=prev)
-
-    return GradientTransformation(init, update)
+    return leaf
 
 
 __all__ = ["ScaleByRpropState", "scale_by_rprop"]

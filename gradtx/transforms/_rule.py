@@ -46,7 +46,6 @@ fields)`, once per step before `fn`; the extra keyword arguments go to `fn`.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -59,6 +58,7 @@ from .._base._typing import ArrayLike
 from ..core._transformation import GradientTransformation, require_params
 from ..state import _packing, _quantize
 from ..state._buffers import check_float_dtype, check_moment_dtype, read, stored
+from ..state._quantize import QuantizedArray, as_leaves
 from ..tree import assert_same_structure, full_like
 
 Check = Callable[[str, str, Any], None]
@@ -109,34 +109,45 @@ def non_negative(who: str, name: str, value: Any) -> None:
 
 
 class LeafSlots:
-    """A leaf's slots as a rule sees them (`s` in the module docstring)."""
+    """A leaf's slots as a rule sees them (`s` in the module docstring): each slot an attribute,
+    read as stored; `keep` writes one."""
 
-    def __init__(
-        self,
-        values: dict[str, Any],
-        keep: Callable[[str, Any], tuple[Any, Any]],
-        param: Any = None,
-    ) -> None:
-        self._values = values
-        self._keep = keep
+    def __init__(self, buffers: dict[str, Any], param: Any = None, packing: Any = None) -> None:
+        # `packing`: a `_packing.Packing` when `buffers` are the lists of quantized buffers of
+        # leaves stepped together (`_packed`)
         self.param = param
         self.kept: dict[str, Any] = {}
+        self._buffers = buffers
+        self._packing = packing
+        for name, buffer in buffers.items():
+            if packing is not None:
+                buffer = packing.read(buffer)[0]
+            elif isinstance(buffer, QuantizedArray):
+                buffer = read(buffer)
+            setattr(self, name, buffer)
 
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.__dict__["_values"][name]
-        except KeyError:
-            raise AttributeError(
-                f"this rule has no slot {name!r}; its slots are {sorted(self._values)}"
-            ) from None
+    def __getattr__(self, name: str) -> Any:  # only for a name that is no slot
+        raise AttributeError(
+            f"this rule has no slot {name!r}; its slots are {sorted(self._buffers)}"
+        )
 
     def keep(self, name: str, value: Any) -> Any:
         """Make `value` slot `name`'s new value; returns it as stored, widened."""
-        if name not in self._values:
-            raise KeyError(f"this rule has no slot {name!r}; its slots are {sorted(self._values)}")
-        buffer, value = self._keep(name, value)
-        self.kept[name] = buffer
-        self._values[name] = value
+        buffer = self._buffers.get(name)
+        if buffer is None:
+            raise KeyError(f"this rule has no slot {name!r}; its slots are {sorted(self._buffers)}")
+        if self._packing is not None:
+            new, [value] = self._packing.store([value], buffer)
+        elif isinstance(buffer, QuantizedArray):
+            new, value = stored(value, buffer)
+        elif buffer.dtype == jnp.float16:  # not read back: see `state._buffers.as_stored`
+            value = value.astype(jnp.promote_types(value.dtype, jnp.float32))
+            new = value.astype(buffer.dtype)
+        else:  # the value as stored, widened (`_numerics.widen`)
+            new = value.astype(buffer.dtype)
+            value = new.astype(jnp.promote_types(new.dtype, jnp.float32))
+        self.kept[name] = new
+        setattr(self, name, value)
         return value
 
 
@@ -211,7 +222,9 @@ def rule(
     Args:
       name: the name errors use (the public factory's).
       state: the state's NamedTuple class: `count`, then the slots as fields (or one field
-        `slots`, a dict of them), then any `fields`. Or a function of the hyperparameters.
+        `slots`, a dict of them), then any `fields`. Or a function of the hyperparameters. A
+        state without `count` (Optax's layouts of rss, adadelta, rprop) gets no counter, and
+        its rule `t=None`.
       slots: slot name -> `slot(...)`, in the order the rule keeps them; or a function of the
         hyperparameters.
       checks: hyperparameter name -> `check(who, name, value)`, run at construction.
@@ -259,8 +272,18 @@ def _transformation(
     state_cls, slots = r.layout(hp)
     names = list(slots)
     nested = _nested(state_cls, slots)
+    counted = "count" in getattr(state_cls, "_fields", ())  # Optax's rss, adadelta: no counter
+    if r.schedules and not counted:
+        raise TypeError(f"{who}: a rule whose state has no count cannot evaluate schedules")
     uses_params = r.uses_params(hp) if callable(r.uses_params) else r.uses_params
-    pack = r.elementwise and all(_packs(dtypes.get(s.dtype)) for s in slots.values() if s.dtype)
+    # the quantized leaves may be stepped stacked: an element-wise rule, every slot 8-bit
+    pack = (
+        r.elementwise
+        and bool(names)
+        and all(_quantize.is_quantized_dtype(dtypes.get(s.dtype or "")) for s in slots.values())
+        and all(_packs(dtypes.get(s.dtype or "")) for s in slots.values())
+    )
+    prefix = "state.slots." if nested else "state."
 
     def initial(s: Slot) -> Any:
         return hp[s.init] if isinstance(s.init, str) else s.init
@@ -280,50 +303,60 @@ def _transformation(
             else:
                 trees[n] = full_like(params, initial(s), dtype)
         extra = r.fields(hp) if r.fields is not None else {}
+        counter = {"count": zero_count()} if counted else {}
         if nested:
-            return state_cls(count=zero_count(), slots=trees, **extra)
-        return state_cls(count=zero_count(), **trees, **extra)
+            return state_cls(**counter, slots=trees, **extra)
+        return state_cls(**counter, **trees, **extra)
 
     def update(updates, state, params=None, **extra_args):
-        expect_state(who, state, state_cls)
-        trees = dict(state.slots) if nested else {n: getattr(state, n) for n in names}
+        # Plain loops rather than comprehensions or helpers: this runs at every trace and every
+        # eager step, so it stays one frame deep.
+        if not isinstance(state, state_cls):
+            expect_state(who, state, state_cls)
+        trees = state.slots if nested else state._asdict()
         if nested and sorted(trees) != sorted(names):
             article = "an" if state_cls.__name__[0] in "AEIOU" else "a"
             raise ValueError(
                 f"{who}: expected {article} {state_cls.__name__} with slots {names} (from this "
                 f"transformation's init), got slots {sorted(trees)}"
             )
-        prefix = "state.slots." if nested else "state."
-        per_element = {
-            f"{prefix}{n}": _quantize.as_leaves(trees[n]) for n in names if not slots[n].per_leaf
-        }
-        if per_element:
-            assert_same_structure(who, updates=updates, **per_element)
-        count = safe_increment(state.count)
-        values = {
-            k: value_at(v, state.count, who=who, name=k) if k in r.schedules else v
-            for k, v in hp.items()
-        }
+        treedef = jax.tree.structure(updates)
+        gs = treedef.flatten_up_to(updates)
+        bufs = {}
+        for n in names:
+            try:
+                bufs[n] = treedef.flatten_up_to(trees[n])
+            except (ValueError, TypeError):
+                bufs[n] = None
+            matched = bufs[n] is not None
+            for b in bufs[n] or ():
+                matched = matched and isinstance(b, QuantizedArray | jax.Array)
+            if not matched:
+                # another structure: the error names the first difference
+                assert_same_structure(who, updates=updates, **{prefix + n: as_leaves(trees[n])})
+                bufs[n] = treedef.flatten_up_to(trees[n])
+        count = safe_increment(state.count) if counted else None
+        values = dict(hp)
+        for k in r.schedules:
+            values[k] = value_at(hp[k], state.count, who=who, name=k)
         extra: dict[str, Any] = {}
         new_fields: dict[str, Any] = {}
         if r.prologue is not None:
             extra, new_fields = r.prologue(state, extra_args, count, values)
+        ps = None
         if uses_params:
             params = require_params(who, params)
             assert_same_structure(who, updates=updates, params=params)
+            ps = treedef.flatten_up_to(params)
 
         call = r.fn(count, **values, **extra)
 
-        treedef = jax.tree.structure(updates)
-        gs = treedef.flatten_up_to(updates)
-        bufs = {n: treedef.flatten_up_to(trees[n]) for n in names}
-        ps = treedef.flatten_up_to(params) if uses_params else None
         out_u: list[Any] = [None] * len(gs)
-        out_b = {n: list(bufs[n]) for n in names}
-        packed = _packable(gs, [bufs[n] for n in names]) if pack and names else []
-        if len(packed) > 1:  # one codec per block width (a single leaf: the per-leaf path)
-            size = bufs[names[0]][packed[0]].block_size
-            for group in _by_width(gs, packed, size):
+        out_b = {}
+        for n in names:
+            out_b[n] = list(bufs[n])
+        if pack:
+            for group in _packed_groups(gs, list(bufs.values())):
                 us, kept = _packed(call, gs, bufs, ps, group)
                 for j, i in enumerate(group):
                     out_u[i] = us[j]
@@ -332,43 +365,48 @@ def _transformation(
         for i, g in enumerate(gs):
             if out_u[i] is not None:
                 continue
-            leaf_bufs = {n: bufs[n][i] for n in names}
-            view = LeafSlots(
-                {n: read(b) for n, b in leaf_bufs.items()},
-                functools.partial(_store_into, leaf_bufs),
-                None if ps is None else widen(jnp.asarray(ps[i])),
-            )
-            out_u[i] = jnp.asarray(call(widen(g), view)).astype(g.dtype)
+            leaf_bufs = {}
+            for n in names:
+                leaf_bufs[n] = bufs[n][i]
+            g = jnp.asarray(g)
+            wide = g.astype(jnp.promote_types(g.dtype, jnp.float32))  # `_numerics.widen`
+            view = LeafSlots(leaf_bufs, None if ps is None else widen(ps[i]))
+            out_u[i] = jnp.asarray(call(wide, view)).astype(g.dtype)
             for n, new in view.kept.items():
                 out_b[n][i] = new
-        new_trees = {n: treedef.unflatten(out_b[n]) for n in names}
+        new_trees = {}
+        for n in names:
+            new_trees[n] = treedef.unflatten(out_b[n])
+        counter = {"count": count} if counted else {}
         if nested:
-            new_state = state._replace(count=count, slots=new_trees, **new_fields)
+            new_state = state._replace(**counter, slots=new_trees, **new_fields)
         else:
-            new_state = state._replace(count=count, **new_trees, **new_fields)
+            new_state = state._replace(**counter, **new_trees, **new_fields)
         return treedef.unflatten(out_u), new_state
 
     tx = GradientTransformation(init, update)
     return tx
 
 
-def _store_into(buffers: dict[str, Any], name: str, x: Any) -> tuple[Any, Any]:
-    return stored(x, buffers[name])
-
-
-def _packable(gs: list[Any], buffers: list[list[Any]]) -> list[int]:
-    """The leaves that can share one codec: float32 (or narrower) gradients, and every buffer
-    of the leaf quantized with the same block size (so that all share the leaf's layout)."""
-    out = []
+def _packed_groups(gs: list[Any], buffers: list[list[Any]]) -> list[list[int]]:
+    """The leaves that share one codec, grouped by block width (`_packing`): float32 (or
+    narrower) gradients whose buffers are all quantized with one block size. A group of one
+    leaf takes the per-leaf path."""
+    groups: dict[tuple[int, int], list[int]] = {}
     for i, g in enumerate(gs):
         bufs = [b[i] for b in buffers]
         if (
-            all(_quantize.is_quantized(b) for b in bufs)
+            all(isinstance(b, QuantizedArray) for b in bufs)
             and len({b.block_size for b in bufs}) == 1
             and jnp.promote_types(g.dtype, jnp.float32) == jnp.float32
         ):
-            out.append(i)
-    return out
+            size = bufs[0].block_size
+            width, _ = _packing._rows(tuple(g.shape), size)
+            groups.setdefault((size, width), []).append(i)
+    packed = [i for key in sorted(groups) for i in groups[key]]
+    if len(packed) < 2:  # a single leaf: the per-leaf path
+        return []
+    return [groups[key] for key in sorted(groups)]
 
 
 def _packed(
@@ -384,30 +422,13 @@ def _packed(
     every value is the per-leaf path's: the codes, scales and decoded moments bit for bit; the
     update too, unless XLA rewrites the rule's arithmetic differently in the two programs (seen
     under sharded `jit`: 1 ulp)."""
-    names = list(bufs)
-    qs = {n: [bufs[n][i] for i in leaves] for n in names}
-    layout = _packing.Packing.of([tuple(gs[i].shape) for i in leaves], qs[names[0]][0].block_size)
-    kept: dict[str, list[Any]] = {}
-
-    def keep(n: str, x: Any) -> tuple[Any, Any]:
-        new, values = layout.store([x], qs[n])
-        kept[n] = new
-        return None, values[0]
-
+    first = bufs[next(iter(bufs))][leaves[0]]
+    layout = _packing.Packing.of([tuple(gs[i].shape) for i in leaves], first.block_size)
     [g] = layout.pack([widen(gs[i]) for i in leaves])
     param = None if ps is None else layout.pack([widen(jnp.asarray(ps[i])) for i in leaves])[0]
-    view = LeafSlots({n: layout.read(qs[n])[0] for n in names}, keep, param)
+    view = LeafSlots({n: [b[i] for i in leaves] for n, b in bufs.items()}, param, layout)
     us = layout.unpack([jnp.broadcast_to(call(g, view), g.shape)])
-    return [x.astype(gs[i].dtype) for i, x in zip(leaves, us, strict=True)], kept
-
-
-def _by_width(gs: list[Any], leaves: list[int], block_size: int) -> list[list[int]]:
-    """`leaves` grouped by the width of their blocks (`_packing`), widest last."""
-    groups: dict[int, list[int]] = {}
-    for i in leaves:
-        width, _ = _packing._rows(tuple(gs[i].shape), block_size)
-        groups.setdefault(width, []).append(i)
-    return [groups[w] for w in sorted(groups)]
+    return [x.astype(gs[i].dtype) for i, x in zip(leaves, us, strict=True)], view.kept
 
 
 __all__ = ["LeafSlots", "Rule", "Slot", "decay", "non_negative", "rule", "slot"]

@@ -11,6 +11,7 @@ from .._base._checks import check_one_of, check_positive
 from .._base._numerics import widen
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation
+from ..state._quantize import MomentDType
 from ._elementwise import ElementwiseState
 from ._rule import decay, non_negative, rule, slot
 from ._tier import ema, stateless
@@ -45,7 +46,7 @@ def scale_by_lion(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.99,
     *,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     mode: Literal["hard", "smooth", "refined"] = "hard",
     smooth_beta: ArrayLike = 1.0,
 ) -> GradientTransformation:
@@ -107,7 +108,7 @@ def _lion(t, *, b1, b2, mode, smooth_beta):
 
 
 def scale_by_sign_agreement(
-    beta1: ArrayLike = 0.9, decrease_factor: ArrayLike = 0.1, *, mu_dtype: Any = None
+    beta1: ArrayLike = 0.9, decrease_factor: ArrayLike = 0.1, *, mu_dtype: MomentDType | None = None
 ) -> GradientTransformation:
     r"""Keep the gradient where its sign agrees with its running mean, shrink it elsewhere.
 

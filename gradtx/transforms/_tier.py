@@ -31,7 +31,9 @@ import jax.numpy as jnp
 
 from .._base._numerics import (
     abs_sq,
+    adam_step_size,
     bias_correction,
+    ema,
     safe_divide,
     safe_increment,
     value_at,
@@ -57,17 +59,6 @@ from ..state._buffers import (
     stored,
 )
 from ..tree import full_like
-
-
-def ema(decay: ArrayLike, g: Any, m: Any) -> Any:
-    """`(1 - decay) g + decay m` in Optax's order and precision (`decay m` rounds in `m`'s dtype,
-    so a bf16 buffer gives Optax's numbers); `g` is already widened."""
-    return (1 - decay) * g + decay * m
-
-
-def adam_step_size(b1: ArrayLike, b2: ArrayLike, count: ArrayLike) -> jax.Array:
-    r"""Adam's bias-corrected step factor :math:`\sqrt{1-\beta_2^t} / (1-\beta_1^t)`, float32."""
-    return jnp.sqrt(bias_correction(b2, count)) / bias_correction(b1, count)
 
 
 def moment_buffers(

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias, cast
 
 import jax
 import numpy as np
 
 from .._base._checks import did_you_mean
-from .._base._typing import Params, PyTree
+from .._base._typing import Mask, Params, PyTree
 from ._paths import (
     _children,
     _is_tree_leaf,
@@ -31,7 +31,7 @@ from ._paths import (
     paths,
 )
 
-MaskOrFn: TypeAlias = Any | Callable[[Params], Any] | str | Sequence[str]
+MaskOrFn: TypeAlias = Mask  # a mask with patterns (`gradtx.MaskOrFn` is Optax's, without)
 
 NO_DEFAULT: Any = object()
 

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 
 from .._base._checks import check_bool, check_int, error_context, expect_state
 from .._base._numerics import safe_increment, widen, zero_count
-from .._base._typing import ArrayLike, OptState, Params, Updates
+from .._base._typing import ArrayLike, DType, OptState, Params, Updates
 from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
 from ..state._buffers import check_float_dtype
 from ..tree import assert_same_structure, cast_like, zeros_like
@@ -61,7 +61,7 @@ def accumulate_k_steps(
     k: int,
     *,
     average: bool = True,
-    accumulator_dtype: Any = None,
+    accumulator_dtype: DType | None = None,
     should_skip_update_fn: Callable[[Updates, jax.Array, Any], tuple[Any, Any]] | None = None,
 ) -> GradientTransformation:
     r"""Accumulate gradients over `k` micro-steps and apply `tx` once on their mean (or sum).
@@ -322,7 +322,7 @@ class MultiSteps:
         every_k_schedule: int | Callable[[ArrayLike], ArrayLike],
         use_grad_mean: bool = True,
         should_skip_update_fn: ShouldSkipUpdateFunction | None = None,
-        accumulator_dtype: Any = jnp.float32,
+        accumulator_dtype: DType = jnp.float32,
     ) -> None:
         who = "MultiSteps"
         self._opt = _as_transformation(opt, who, "opt")

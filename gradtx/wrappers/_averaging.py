@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_bool, check_in_range, check_int, error_context, expect_state
-from .._base._typing import ArrayLike, OptState, Params
+from .._base._typing import ArrayLike, DType, OptState, Params
 from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
 from ..transforms._tier import (
     bias_correction,
@@ -30,7 +30,7 @@ class EmaParamsState(NamedTuple):
 
 
 def ema_params(
-    decay: ArrayLike, *, debias: bool = True, dtype: Any = None
+    decay: ArrayLike, *, debias: bool = True, dtype: DType | None = None
 ) -> GradientTransformation:
     r"""Keep an exponential moving average of the parameters in the state; updates pass through.
 

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_in_range
-from .._base._typing import ArrayLike, PyTree, Updates
+from .._base._typing import ArrayLike, DType, PyTree, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..transforms._tier import (
     bias_correction,
@@ -54,7 +54,7 @@ def _zeros(tree: PyTree, accumulator_dtype: Any) -> PyTree:
 
 
 def ema(
-    decay: ArrayLike, debias: bool = True, accumulator_dtype: Any = None
+    decay: ArrayLike, debias: bool = True, accumulator_dtype: DType | None = None
 ) -> GradientTransformation:
     r"""Replace the updates by an exponential moving average of the updates seen so far.
 
@@ -118,7 +118,7 @@ def measure_with_ema(
     measure: Callable[[Updates], PyTree],
     decay: ArrayLike,
     debias: bool = True,
-    accumulator_dtype: Any = None,
+    accumulator_dtype: DType | None = None,
 ) -> GradientTransformation:
     r"""A moving average of a measurement of the updates, returned in place of the updates.
 

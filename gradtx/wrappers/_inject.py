@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from .._base._checks import error_context, expect_state
 from .._base._introspect import register
 from .._base._numerics import safe_increment, zero_count
-from .._base._typing import OptState
+from .._base._typing import DType, OptState
 from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
 from ._common import injected_report
 from ._inject_kinds import (
@@ -35,7 +35,7 @@ class InjectHyperparamsState(NamedTuple):
 def inject_hyperparams(
     inner_factory: Callable[..., GradientTransformation],
     static_args: str | Iterable[str] = (),
-    hyperparam_dtype: Any = None,
+    hyperparam_dtype: DType | None = None,
 ) -> Callable[..., GradientTransformation]:
     r"""Make a factory's numeric hyperparameters part of the state, so they can change per step.
 

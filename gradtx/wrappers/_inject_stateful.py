@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from .._base._checks import error_context, expect_state
 from .._base._introspect import register
 from .._base._numerics import safe_increment, zero_count
-from .._base._typing import ArrayLike, OptState, Schedule
+from .._base._typing import ArrayLike, DType, OptState, Schedule
 from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
 from ._common import injected_report
 from ._inject_kinds import _kind, _plain, _stored_dtype, check_argument_names, check_factory
@@ -121,7 +121,7 @@ def _bind(who: str, signature: inspect.Signature, args: tuple, kwargs: dict) -> 
 def inject_stateful_hyperparams(
     inner_factory: Callable[..., GradientTransformation],
     static_args: str | Iterable[str] = (),
-    hyperparam_dtype: Any = None,
+    hyperparam_dtype: DType | None = None,
 ) -> Callable[..., GradientTransformation]:
     r"""Like `inject_hyperparams`, but a hyperparameter may follow a stateful schedule.
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -24,7 +24,7 @@ from jax.tree_util import DictKey, GetAttrKey
 
 from .._base._checks import HyperparameterError, did_you_mean, error_context, expect_state
 from .._base._introspect import register
-from .._base._typing import OptState
+from .._base._typing import OptState, Params, PyTree
 from ..core._transformation import (
     EmptyState,
     GradientTransformation,
@@ -176,7 +176,7 @@ def _looks_like_globs(spec: Any) -> bool:
 
 def multi_transform(
     transforms: Mapping[Hashable, GradientTransformation],
-    param_labels: Any,
+    param_labels: PyTree | Callable[[Params], PyTree],
     *,
     default_label: Hashable | None = None,
 ) -> GradientTransformation:

@@ -42,6 +42,7 @@ SETUP: dict[str, tuple[dict[str, Any], dict[str, Any], bool]] = {
     "sam": ({"optimizer": SGD, "adv_optimizer": {"name": "sgd", "learning_rate": 0.01}}, {}, False),
     "mechanize": ({"base_optimizer": SGD}, {}, False),
     "cautious": ({"tx": {"name": "adam", "learning_rate": 0.05}}, {}, False),
+    "split_real_and_imaginary": ({"inner": SGD}, {}, False),
     "schedule_free": ({"base_optimizer": SGD, "learning_rate": 0.05}, {}, False),
     "dpsgd": (
         {"learning_rate": 0.05, "l2_norm_clip": 1.0, "noise_multiplier": 0.1, "seed": 0},

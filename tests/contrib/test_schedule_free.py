@@ -131,6 +131,11 @@ BAD = [
     (lambda: gc.schedule_free_adamw(b2=1.0), r"schedule_free_adamw: b2 must be in \[0.0, 1.0\)"),
     (lambda: gc.schedule_free_sgd(learning_rate=-1.0), "learning_rate must be .*>= 0, got -1.0"),
     (lambda: gc.schedule_free_sgd(warmup_steps=0), "warmup_steps must be >= 1, got 0"),
+    # a schedule takes no warm-up of warmup_steps (a schedule without one is accepted)
+    (
+        lambda: gc.schedule_free_adamw(gradtx.schedules.constant(0.1), warmup_steps=5),
+        "warmup_steps ramps up to a number learning_rate, got a schedule",
+    ),
     (
         lambda: gc.schedule_free(gradtx.sgd(0.1), 0.1, weight_lr_power=-2.0),
         "weight_lr_power must be .*>= 0, got -2.0",

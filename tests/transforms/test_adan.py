@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import optax
 import pytest
 
@@ -14,6 +16,7 @@ from .common import (
     assert_raises_with_message,
     assert_signature_is_optaxs,
     check_matches_optax,
+    describe,
     invalid_ids,
 )
 
@@ -46,9 +49,15 @@ def test_matches_optax(name, ours, reference, params, jit):
     check_matches_optax(__name__, name, ours, reference, params, jit)
 
 
-@pytest.mark.parametrize("name", ["adan", "scale_by_adan"])
+@pytest.mark.parametrize("name", ["adan"])
 def test_signature_is_optaxs(name):
     assert_signature_is_optaxs(name)
+
+
+def test_scale_by_adan_signature_is_optaxs_plus_keyword_only_moment_dtypes():
+    ours = describe(gradtx.scale_by_adan)
+    extra = [(n, inspect.Parameter.KEYWORD_ONLY, None) for n in ("mu_dtype", "nu_dtype")]
+    assert ours == describe(optax.scale_by_adan) + extra
 
 
 INVALID = [
