@@ -239,6 +239,7 @@ from .transforms import normalize_by_update_norm as normalize_by_update_norm
 from .transforms import per_example_global_norm_clip as per_example_global_norm_clip
 from .transforms import per_example_layer_norm_clip as per_example_layer_norm_clip
 from .transforms import reduce_on_plateau as reduce_on_plateau
+from .transforms import rule as rule
 from .transforms import scale as scale
 from .transforms import scale_by_adadelta as scale_by_adadelta
 from .transforms import scale_by_adam as scale_by_adam
@@ -279,6 +280,7 @@ from .transforms import scale_by_yogi as scale_by_yogi
 from .transforms import scale_by_zoom_linesearch as scale_by_zoom_linesearch
 from .transforms import scale_gradient as scale_gradient
 from .transforms import set_to_zero as set_to_zero
+from .transforms import slot as slot
 from .transforms import snapshot as snapshot
 from .transforms import trace as trace
 from .transforms import trace_with_lr as trace_with_lr

@@ -101,6 +101,8 @@ from ._plateau import reduce_on_plateau as reduce_on_plateau
 from ._polyak import scale_by_polyak as scale_by_polyak
 from ._rprop import ScaleByRpropState as ScaleByRpropState
 from ._rprop import scale_by_rprop as scale_by_rprop
+from ._rule import rule as rule
+from ._rule import slot as slot
 from ._scale_gradient import scale_gradient as scale_gradient
 from ._scaling import ScaleByScheduleState as ScaleByScheduleState
 from ._scaling import normalize as normalize

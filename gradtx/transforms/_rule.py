@@ -94,7 +94,18 @@ def slot(
     per_leaf: bool = False,
     quantizable: bool = True,
 ) -> Slot:
-    """A rule's state buffer (see `Slot`)."""
+    """A rule's state buffer.
+
+    Args:
+      init: its initial value, a real scalar, or the name of the hyperparameter that gives it.
+      dtype: the factory's keyword that chooses its dtype (e.g. "mu_dtype"); None: the params'.
+      signed: a quantized buffer's 8-bit code is signed (first moments) or not (second moments).
+      per_leaf: one scalar per parameter leaf instead of one value per element.
+      quantizable: its dtype keyword also takes `gradtx.quantized()`.
+
+    Returns:
+      A `Slot`, for `rule(..., slots={name: slot(...)})`.
+    """
     return Slot(init, dtype, signed, per_leaf, quantizable and not per_leaf)
 
 
@@ -237,6 +248,32 @@ def rule(
       prologue: `(state, extra_args, t, hyperparameters) -> (extra keyword arguments of fn,
         new values of the state's other fields)`, once per step.
       fields: `hyperparameters -> {field: initial value}` of the state's other fields.
+
+    Returns:
+      A decorator: it turns `fn(t, **hyperparameters) -> leaf(g, s) -> update` into a `Rule`,
+      which called with the hyperparameters and dtype keywords gives the transformation.
+
+    Example (a decaying running maximum of each update's magnitude):
+
+      >>> from typing import NamedTuple
+      >>> import jax, jax.numpy as jnp, gradtx
+      >>> class RunningMaxState(NamedTuple):
+      ...     count: jax.Array
+      ...     peak: dict
+      >>> @gradtx.rule("scale_by_running_max", RunningMaxState,
+      ...              slots={"peak": gradtx.slot(dtype="peak_dtype", signed=False)})
+      ... def scale_by_running_max(t, *, decay, eps):
+      ...     def leaf(g, s):
+      ...         peak = s.keep("peak", jnp.maximum(decay * s.peak, jnp.abs(g)))
+      ...         return g / (peak + eps)
+      ...     return leaf
+      >>> tx = scale_by_running_max(decay=0.9, eps=1e-8, peak_dtype=jnp.bfloat16)
+      >>> state = tx.init({"w": jnp.zeros(2)})
+      >>> updates, state = tx.update({"w": jnp.array([2.0, -0.5])}, state)
+      >>> updates["w"]
+      Array([ 1., -1.], dtype=float32)
+      >>> state.peak["w"].dtype
+      dtype(bfloat16)
     """
 
     def decorate(fn: Callable[..., Any]) -> Rule:
