@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._introspect import inherit
+from ._introspect import copy_description
 
 
 def concrete(value: Any) -> np.ndarray | None:
@@ -383,7 +383,7 @@ def alias_errors(
                     check_params(who, params)
                     return inner_init(params)
 
-                tx = inherit(tx._replace(init=init, update=guarded(tx.update)), tx)
+                tx = copy_description(tx._replace(init=init, update=guarded(tx.update)), tx)
             return tx
 
         return wrapper  # type: ignore[return-value]

@@ -67,7 +67,7 @@ def register(
     return tx
 
 
-def inherit(new: Any, old: Any) -> Any:
+def copy_description(new: Any, old: Any) -> Any:
     """Give `new` (a re-wrapping of `old`: same state, same arithmetic, e.g. with errors
     renamed) `old`'s registered node and runner; return `new`."""
     node = _NODES.get(old.update)
@@ -190,7 +190,7 @@ __all__ = [
     "KINDS",
     "Node",
     "at_path",
-    "inherit",
+    "copy_description",
     "node_of",
     "observed_update",
     "register",

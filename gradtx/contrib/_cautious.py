@@ -14,7 +14,7 @@ from ..transforms._adam import scale_by_adam
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
 from ..transforms._tier import safe_ratio
-from ..wrappers._common import wrapping
+from ..wrappers._common import register_wrapper
 
 
 class CautiousState(NamedTuple):
@@ -104,7 +104,7 @@ def cautious(
         )
         return new_updates, CautiousState(inner_state=inner_state)
 
-    return wrapping(GradientTransformation(init, update), tx)
+    return register_wrapper(GradientTransformation(init, update), tx)
 
 
 @alias_errors(renamed={"weight_decay: rate": "weight_decay"})

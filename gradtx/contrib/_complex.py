@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base._typing import OptState
-from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
+from ..core._transformation import GradientTransformation, as_transformation, forward_extra_args
 
 
 class SplitRealAndImaginaryArrays(NamedTuple):
@@ -79,7 +79,7 @@ def split_real_and_imaginary(inner: GradientTransformation) -> GradientTransform
     `real + imaginary * 1j`, which turns an infinite imaginary part into a NaN real part; gradtx
     merges exactly).
     """
-    inner = _as_transformation(inner, "split_real_and_imaginary", "inner")
+    inner = as_transformation(inner, "split_real_and_imaginary", "inner")
     inner_update = forward_extra_args(inner.update)
 
     def init(params):

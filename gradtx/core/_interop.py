@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._transformation import _as_transformation, forward_extra_args
+from ._transformation import as_transformation, forward_extra_args
 
 
 def as_optax(tx: Any) -> Any:
@@ -30,7 +30,7 @@ def as_optax(tx: Any) -> Any:
       >>> state = tx.init({"w": jnp.zeros(2)})
       >>> updates, state = tx.update({"w": jnp.ones(2)}, state, value=jnp.asarray(1.0))
     """
-    tx = _as_transformation(tx, "as_optax", "tx")
+    tx = as_transformation(tx, "as_optax", "tx")
     try:
         import optax
     except ImportError:  # pragma: no cover - optax is a test dependency

@@ -14,7 +14,7 @@ from typing import Any
 import jax
 
 from .._base._typing import OptState, Params
-from ._transformation import GradientTransformation, _as_transformation, apply_updates
+from ._transformation import GradientTransformation, apply_updates, as_transformation
 
 
 def _first_shared_leaf(named: dict[str, Any]) -> tuple[str, str] | None:
@@ -78,7 +78,7 @@ def jit_step(
       >>> params["w"]
       Array([0.29841173, 0.29841173], dtype=float32)
     """
-    tx = _as_transformation(tx, "jit_step", "tx")
+    tx = as_transformation(tx, "jit_step", "tx")
     if loss_fn is not None and not callable(loss_fn):
         raise TypeError(f"jit_step: loss_fn must be callable, got {type(loss_fn).__name__}")
     if has_aux and loss_fn is None:

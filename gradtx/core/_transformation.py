@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from jax.tree_util import DictKey, SequenceKey, keystr
 
 from .._base._checks import check_in_range
-from .._base._introspect import inherit, register, register_runner, run_links
+from .._base._introspect import copy_description, register, register_runner, run_links
 from .._base._typing import ArrayLike, OptState, Params, Updates
 from ..tree import assert_same_structure
 from ..tree._patterns import resolve_mask
@@ -70,7 +70,7 @@ class GradientTransformation(NamedTuple):
                     raise
                 raise new from e
 
-        return inherit(GradientTransformation(init, update), self)
+        return copy_description(GradientTransformation(init, update), self)
 
 
 # Optax's names: every gradtx transformation takes extra arguments, so Optax's two protocols
@@ -85,7 +85,7 @@ class EmptyState(NamedTuple):
     """The state of a stateless transformation."""
 
 
-def _as_transformation(tx: Any, who: str, position: str) -> Any:
+def as_transformation(tx: Any, who: str, position: str) -> Any:
     if isinstance(tx, GradientTransformation):
         return tx
     if callable(getattr(tx, "init", None)) and callable(getattr(tx, "update", None)):
@@ -157,7 +157,7 @@ def with_extra_args_support(tx: GradientTransformation) -> GradientTransformatio
 
     Reference: `optax.with_extra_args_support`.
     """
-    tx = _as_transformation(tx, "with_extra_args_support", "tx")
+    tx = as_transformation(tx, "with_extra_args_support", "tx")
     update = forward_extra_args(tx.update)
     if update is tx.update and isinstance(tx, GradientTransformation):
         return tx
@@ -270,7 +270,7 @@ def chain(*transformations: GradientTransformation) -> GradientTransformation:
       >>> len(state)  # one state per link
       2
     """
-    txs = [_as_transformation(tx, "chain", f"argument {i}") for i, tx in enumerate(transformations)]
+    txs = [as_transformation(tx, "chain", f"argument {i}") for i, tx in enumerate(transformations)]
     links = [(SequenceKey(i), tx, forward_extra_args(tx.update)) for i, tx in enumerate(txs)]
 
     def init(params):
@@ -341,7 +341,7 @@ def named_chain(*transformations: tuple[str, GradientTransformation]) -> Gradien
         if name in names:
             raise ValueError(f"named_chain: the name {name!r} is used twice; names must be unique")
         names.append(name)
-        txs.append(_as_transformation(tx, "named_chain", f"the transformation named {name!r}"))
+        txs.append(as_transformation(tx, "named_chain", f"the transformation named {name!r}"))
     links = [
         (DictKey(name), tx, forward_extra_args(tx.update))
         for name, tx in zip(names, txs, strict=True)
@@ -362,7 +362,7 @@ def named_chain(*transformations: tuple[str, GradientTransformation]) -> Gradien
     return _linked(init, links, check, lambda inner: dict(zip(names, inner, strict=True)))
 
 
-def none_covers(driving: Any, other: Any) -> Any:
+def with_nones_of(driving: Any, other: Any) -> Any:
     """`other` with None wherever `driving` has None, over whatever subtree `other` has there.
 
     Optax maps its update functions over the first tree with None as a leaf, so a None there
@@ -414,7 +414,7 @@ def apply_updates(params: Params, updates: Updates) -> Params:
       >>> gradtx.apply_updates(params, {"w": jnp.array([0.5, -0.5]), "frozen": None})
       {'frozen': None, 'w': Array([1.5, 1.5], dtype=bfloat16)}
     """
-    updates = none_covers(params, updates)
+    updates = with_nones_of(params, updates)
     assert_same_structure("apply_updates", params=params, updates=updates)
     return jax.tree_util.tree_map_with_path(
         _apply_leaf, params, updates, is_leaf=lambda x: x is None
@@ -456,7 +456,7 @@ def incremental_update(new_tensors: Params, old_tensors: Params, step_size: Arra
     """
     who = "incremental_update"
     check_in_range(who, "step_size", step_size, 0.0, 1.0)
-    old_tensors = none_covers(new_tensors, old_tensors)
+    old_tensors = with_nones_of(new_tensors, old_tensors)
     assert_same_structure(who, new_tensors=new_tensors, old_tensors=old_tensors)
     return jax.tree.map(
         lambda n, o: _polyak_leaf(step_size, n, o),

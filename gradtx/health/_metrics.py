@@ -15,7 +15,7 @@ from jax import tree_util as jtu
 from .._base._checks import error_context, expect_state
 from .._base._introspect import node_of, observed_update, register, walk
 from .._base._typing import OptState, Params, PyTree
-from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
+from ..core._transformation import GradientTransformation, as_transformation, forward_extra_args
 from ..tree import NonfiniteLocation, match, path_str
 from ..tree import norm as tree_norm
 
@@ -197,7 +197,7 @@ def with_metrics(
       (5.0, 0.8, 5.0)
     """
     who = "with_metrics"
-    tx = _as_transformation(tx, who, "tx")
+    tx = as_transformation(tx, who, "tx")
     if not isinstance(per_leaf, bool | str | Mapping | Sequence):
         raise TypeError(
             f"{who}: per_leaf must be True, False, a glob pattern, a list of patterns or a dict "
@@ -395,7 +395,7 @@ def metrics(tx: GradientTransformation, state: OptState) -> dict[str, jax.Array]
       >>> {k: round(float(v), 3) for k, v in gradtx.metrics(tx, state).items()}
       {'learning_rate': 0.8, 'step': 3.0}
     """
-    tx = _as_transformation(tx, "metrics", "tx")
+    tx = as_transformation(tx, "metrics", "tx")
     entries: list[tuple[tuple, str, Any]] = []
     for path, node, node_state in walk(tx, state):
         if node.report is not None:

@@ -7,7 +7,7 @@ import jax
 from .._base._checks import check_non_negative, expect_state
 from .._base._numerics import safe_increment, value_at, zero_count
 from .._base._typing import ArrayLike, ScalarOrSchedule
-from ..core._transformation import GradientTransformation, none_covers, require_params
+from ..core._transformation import GradientTransformation, require_params, with_nones_of
 from ..tree import assert_same_structure
 from ..tree._patterns import MaskOrFn, resolve_mask
 from ._scaling import lr_ratio
@@ -52,7 +52,7 @@ def weight_decay(rate: ScalarOrSchedule, mask: MaskOrFn | None = None) -> Gradie
         if params is None or jax.tree.structure(updates) != jax.tree.structure(params):
             # A None update stays None, whatever params has there (Optax's
             # `add_decayed_weights`); any other difference is an error naming it.
-            params = none_covers(updates, require_params("weight_decay", params))
+            params = with_nones_of(updates, require_params("weight_decay", params))
             assert_same_structure("weight_decay", updates=updates, params=params)
         lam = value_at(rate, state.count, who="weight_decay", name="rate")
         if mask is None:

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base._typing import PyTree
-from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
+from ..core._transformation import GradientTransformation, as_transformation, forward_extra_args
 
 
 def _concatenated(tree: PyTree) -> jax.Array:
@@ -61,7 +61,7 @@ def flatten(inner: GradientTransformation) -> GradientTransformation:
 
     Reference: matches `optax.flatten`.
     """
-    inner = _as_transformation(inner, "flatten", "inner")
+    inner = as_transformation(inner, "flatten", "inner")
     inner_update = forward_extra_args(inner.update)
 
     def init(params):

@@ -14,7 +14,7 @@ from .._base._checks import error_context, expect_state
 from .._base._typing import OptState, PyTree, Updates
 from ..core._transformation import (
     GradientTransformation,
-    _as_transformation,
+    as_transformation,
     forward_extra_args,
     stateless,
 )
@@ -91,7 +91,7 @@ def _as_measure(who: str, name: str, measure: Any) -> GradientTransformation:
     if callable(measure):  # a function of the updates (a transformation is not callable)
         fn: Callable[[Updates], PyTree] = measure
         return stateless(lambda updates, params: fn(updates))
-    tx = _as_transformation(measure, who, f"measures[{name!r}]")
+    tx = as_transformation(measure, who, f"measures[{name!r}]")
     return GradientTransformation(tx.init, forward_extra_args(tx.update))
 
 

@@ -42,10 +42,10 @@ import jax.numpy as jnp
 from .._base._checks import check_bool, check_int, error_context, expect_state
 from .._base._numerics import safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, DType, OptState, Params, Updates
-from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
+from ..core._transformation import GradientTransformation, as_transformation, forward_extra_args
 from ..state._buffers import check_float_dtype
 from ..tree import assert_same_structure, cast_like, zeros_like
-from ._common import wrapping
+from ._common import register_wrapper
 
 
 class AccumulateState(NamedTuple):
@@ -115,7 +115,7 @@ def accumulate_k_steps(
     `optax.MultiSteps(opt, k)`.
     """
     who = "accumulate_k_steps"
-    tx = _as_transformation(tx, who, "tx")
+    tx = as_transformation(tx, who, "tx")
     check_int(who, "k", k, minimum=1)
     check_float_dtype(who, "accumulator_dtype", accumulator_dtype)
     check_bool(who, "average", average)
@@ -217,7 +217,7 @@ def accumulate_k_steps(
             micro_step, grad_sum, inner_state, gradient_step, skip_state
         )
 
-    return wrapping(GradientTransformation(init, update), tx, report=_accumulation_report)
+    return register_wrapper(GradientTransformation(init, update), tx, report=_accumulation_report)
 
 
 def _accumulation_report(state: Any) -> dict[str, jax.Array]:
@@ -325,7 +325,7 @@ class MultiSteps:
         accumulator_dtype: DType = jnp.float32,
     ) -> None:
         who = "MultiSteps"
-        self._opt = _as_transformation(opt, who, "opt")
+        self._opt = as_transformation(opt, who, "opt")
         self._inner_update = forward_extra_args(self._opt.update)
         if callable(every_k_schedule):
             self._every_k_schedule = every_k_schedule
@@ -348,7 +348,7 @@ class MultiSteps:
         # up by its `update`, and every `self.update` is a new bound method equal to this one,
         # so the MultiSteps object itself is seen as this wrapper (its counters, the inner
         # optimizer's schedules) for as long as it lives.
-        self._as_transformation = wrapping(
+        self.as_transformation = register_wrapper(
             GradientTransformation(self.init, self.update),
             self._opt,
             "inner_opt_state",
@@ -445,7 +445,7 @@ class MultiSteps:
 
     def gradient_transformation(self) -> GradientTransformation:
         """`init` and `update` as a `GradientTransformation`."""
-        return self._as_transformation
+        return self.as_transformation
 
 
 __all__ = [

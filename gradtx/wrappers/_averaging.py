@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from .._base._checks import check_bool, check_in_range, check_int, error_context, expect_state
 from .._base._typing import ArrayLike, DType, OptState, Params
-from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
+from ..core._transformation import GradientTransformation, as_transformation, forward_extra_args
 from ..transforms._tier import (
     bias_correction,
     copy_params,
@@ -21,7 +21,7 @@ from ..transforms._tier import (
 )
 from ..transforms._tier import ema as _ema
 from ..tree import assert_same_structure, map_split
-from ._common import wrapping
+from ._common import register_wrapper
 
 
 class EmaParamsState(NamedTuple):
@@ -173,7 +173,7 @@ def lookahead(
     `LookaheadState(fast_state, steps_since_sync)`).
     """
     who = "lookahead"
-    tx = _as_transformation(tx, who, "tx")
+    tx = as_transformation(tx, who, "tx")
     check_int(who, "sync_period", sync_period, minimum=1)
     check_in_range(who, "slow_step_size", slow_step_size, 0.0, 1.0)
     check_bool(who, "reset_state", reset_state)
@@ -253,7 +253,7 @@ def lookahead(
             steps_since_sync=steps, slow=state.slow, inner_state=inner_state
         )
 
-    return wrapping(GradientTransformation(init, update), tx)
+    return register_wrapper(GradientTransformation(init, update), tx)
 
 
 __all__ = ["EmaParamsState", "LookaheadParams", "LookaheadState", "ema_params", "lookahead"]

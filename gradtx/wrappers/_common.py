@@ -14,13 +14,13 @@ import jax.numpy as jnp
 from jax.tree_util import GetAttrKey
 
 from .._base._checks import error_context
-from .._base._introspect import inherit, register
+from .._base._introspect import copy_description, register
 from .._base._numerics import cond
 from ..core._transformation import GradientTransformation
 from ..tree import cast_like
 
 
-def wrapping(
+def register_wrapper(
     tx: GradientTransformation, inner: Any, field: str = "inner_state", report: Any = None
 ) -> GradientTransformation:
     """Register `tx` as a wrapper of `inner`, whose state is `tx`'s state field `field`, for
@@ -79,4 +79,4 @@ def errors_named(who: str, tx: GradientTransformation) -> GradientTransformation
         with error_context(who):
             return tx.update(updates, state, params, **extra_args)
 
-    return inherit(GradientTransformation(init, update), tx)
+    return copy_description(GradientTransformation(init, update), tx)

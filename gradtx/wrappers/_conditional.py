@@ -12,11 +12,11 @@ import jax.numpy as jnp
 from .._base._checks import check_bool, check_non_negative, error_context, expect_state
 from .._base._numerics import safe_increment, zero_count
 from .._base._typing import ArrayLike, OptState, Params, Updates
-from ..core._transformation import GradientTransformation, _as_transformation
+from ..core._transformation import GradientTransformation, as_transformation
 from ..core._transformation import forward_extra_args as _accepting_extra_args
 from ..tree import cast_like
 from ..tree import norm as tree_norm
-from ._common import wrapping
+from ._common import register_wrapper
 
 
 class ConditionFn(Protocol):
@@ -43,7 +43,7 @@ class ConditionallyMaskState(NamedTuple):
 
 
 def _check_args(who: str, inner: Any, should_transform_fn: Any, forward_extra_args: Any) -> Any:
-    inner = _as_transformation(inner, who, "inner")
+    inner = as_transformation(inner, who, "inner")
     if not callable(should_transform_fn):
         raise TypeError(
             f"{who}: should_transform_fn must be a function step -> bool, "
@@ -93,7 +93,7 @@ def _conditional(who: str, inner, should_transform_fn, forward_extra_args: bool,
             new_updates, inner_state = (run if bool(cond) else skip)(state.inner_state)
         return new_updates, state_cls(inner_state=inner_state, step=safe_increment(state.step))
 
-    return wrapping(GradientTransformation(init, update), inner)
+    return register_wrapper(GradientTransformation(init, update), inner)
 
 
 def conditionally_transform(

@@ -13,7 +13,7 @@ from .._base._numerics import safe_increment, zero_count
 from .._base._typing import OptState
 from ..core._transformation import (
     GradientTransformation,
-    _as_transformation,
+    as_transformation,
     forward_extra_args,
 )
 from ..tree import paths
@@ -103,7 +103,7 @@ def apply_if_finite(
     `num_allowed_consec_invalid_gradient_steps`.
     """
     who = "apply_if_finite"
-    tx = _as_transformation(tx, who, "tx")
+    tx = as_transformation(tx, who, "tx")
     check_int(who, "max_consecutive_errors", max_consecutive_errors, minimum=0)
     check_bool(who, "locate_nonfinite", locate_nonfinite)
     locate = bool(locate_nonfinite)

@@ -13,7 +13,7 @@ from .._base._checks import error_context, expect_state
 from .._base._introspect import register
 from .._base._numerics import safe_increment, zero_count
 from .._base._typing import DType, OptState
-from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
+from ..core._transformation import GradientTransformation, as_transformation, forward_extra_args
 from ._common import injected_report
 from ._inject_kinds import (
     _is_stateful_schedule,
@@ -158,7 +158,7 @@ def inject_hyperparams(
         # Validate eagerly, with numbers: a schedule stands in as its value at the first step, so
         # a factory whose argument only takes numbers (`scale`'s step_size) accepts a schedule.
         firsts = {n: _plain(jnp.asarray(v, dtypes[n])) for n, v in first.items()}
-        _as_transformation(factory(**fixed, **numeric, **firsts), who, f"{factory_name}(...)")
+        as_transformation(factory(**fixed, **numeric, **firsts), who, f"{factory_name}(...)")
 
         def values_at(count, current):
             values = {n: jnp.asarray(v, dtypes[n]) for n, v in current.items()}
@@ -167,7 +167,7 @@ def inject_hyperparams(
             return values
 
         def build(values):
-            return _as_transformation(factory(**fixed, **values), who, f"{factory_name}(...)")
+            return as_transformation(factory(**fixed, **values), who, f"{factory_name}(...)")
 
         def init(params):
             count = zero_count()

@@ -13,7 +13,7 @@ from .._base._checks import error_context, expect_state
 from .._base._introspect import register
 from .._base._numerics import safe_increment, zero_count
 from .._base._typing import ArrayLike, DType, OptState, Schedule
-from ..core._transformation import GradientTransformation, _as_transformation, forward_extra_args
+from ..core._transformation import GradientTransformation, as_transformation, forward_extra_args
 from ._common import injected_report
 from ._inject_kinds import _kind, _plain, _stored_dtype, check_argument_names, check_factory
 
@@ -207,10 +207,10 @@ def inject_stateful_hyperparams(
         stored = {n: _plain(jnp.asarray(v, dtypes[n])) for n, v in numeric.items()}
         stored.update({n: _plain(v) for n, v in first.items()})
         with error_context(context):
-            _as_transformation(factory(**fixed, **stored), who, f"{factory_name}(...)")
+            as_transformation(factory(**fixed, **stored), who, f"{factory_name}(...)")
 
         def build(values):
-            return _as_transformation(factory(**fixed, **values), who, f"{factory_name}(...)")
+            return as_transformation(factory(**fixed, **values), who, f"{factory_name}(...)")
 
         def init(params):
             states = {n: s.init() for n, s in schedules.items()}

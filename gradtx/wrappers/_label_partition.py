@@ -12,7 +12,7 @@ import jax
 
 from .._base._checks import check_bool, error_context
 from .._base._typing import PyTree
-from ..core._transformation import GradientTransformation, _as_transformation
+from ..core._transformation import GradientTransformation, as_transformation
 from ..core._transformation import forward_extra_args as _accepting_extra_args
 from ..tree import broadcast_prefix
 from ..tree._patterns import is_tree_not_function
@@ -87,7 +87,7 @@ def partition(
             f"got {transforms!r}"
         )
     txs = {
-        label: _as_transformation(tx, who, f"transforms[{label!r}]")
+        label: as_transformation(tx, who, f"transforms[{label!r}]")
         for label, tx in transforms.items()
     }
     if mask_compatible_extra_args:

@@ -28,7 +28,7 @@ from .._base._typing import OptState, Params, PyTree
 from ..core._transformation import (
     EmptyState,
     GradientTransformation,
-    _as_transformation,
+    as_transformation,
     forward_extra_args,
     stateless,
 )
@@ -42,7 +42,7 @@ from ..tree._patterns import (
     resolve_mask_prefix,
     resolve_rules,
 )
-from ._common import wrapping
+from ._common import register_wrapper
 
 
 class MaskedState(NamedTuple):
@@ -228,7 +228,7 @@ def multi_transform(
             f"got {transforms!r}"
         )
     txs = {
-        label: _as_transformation(tx, who, f"transforms[{label!r}]")
+        label: as_transformation(tx, who, f"transforms[{label!r}]")
         for label, tx in transforms.items()
     }
     update_fns = {label: forward_extra_args(tx.update) for label, tx in txs.items()}
@@ -369,7 +369,7 @@ def masked(
     Reference: `optax.masked`.
     """
     who = "masked"
-    tx = _as_transformation(tx, who, "tx")
+    tx = as_transformation(tx, who, "tx")
     update_fn = forward_extra_args(tx.update)
 
     def init(params):
@@ -386,7 +386,7 @@ def masked(
         u, inner = _run_on(who, update_fn, keep, updates, state.inner_state, params, extra_args)
         return _merged(keep, u, updates), MaskedState(inner_state=inner)
 
-    return wrapping(GradientTransformation(init, update), tx)
+    return register_wrapper(GradientTransformation(init, update), tx)
 
 
 def freeze(
@@ -428,7 +428,7 @@ def freeze(
 
         return GradientTransformation(init_frozen, zero_frozen)
 
-    tx = _as_transformation(tx, who, "tx")
+    tx = as_transformation(tx, who, "tx")
     update_fn = forward_extra_args(tx.update)
 
     def trainable(tree):  # a prefix of `tree`, as the mask is (see `masked`)
@@ -449,7 +449,7 @@ def freeze(
         zeros = jax.tree.map(jnp.zeros_like, updates)
         return _merged(keep, u, zeros), MaskedState(inner_state=inner)
 
-    return wrapping(GradientTransformation(init, update), tx)
+    return register_wrapper(GradientTransformation(init, update), tx)
 
 
 # --------------------------------------------------------------------------------------------
@@ -527,7 +527,7 @@ def lr_multipliers(
     _check_factors(who, rules, default, non_negative=True)
     if tx is None:
         return _stateless_factors(who, rules, default, strict)
-    tx = _as_transformation(tx, who, "tx")
+    tx = as_transformation(tx, who, "tx")
     update_fn = forward_extra_args(tx.update)
 
     def multipliers(tree):
@@ -551,7 +551,7 @@ def lr_multipliers(
         )
         return scaled, MaskedState(inner_state=inner)
 
-    return wrapping(GradientTransformation(init, update), tx)
+    return register_wrapper(GradientTransformation(init, update), tx)
 
 
 def scale_gradient_by(

@@ -10,7 +10,7 @@ import numpy as np
 
 from .._base._checks import error_context
 from .._base._typing import PyTree
-from ..core._transformation import GradientTransformation, _as_transformation
+from ..core._transformation import GradientTransformation, as_transformation
 from ..transforms._zero import set_to_zero
 from ._common import errors_named
 from ._label_partition import partition
@@ -63,7 +63,7 @@ def selective_transform(
     (the same with glob patterns or a function as the mask).
     """
     who = "selective_transform"
-    optimizer = _as_transformation(optimizer, who, "optimizer")
+    optimizer = as_transformation(optimizer, who, "optimizer")
     labels = jax.tree.map(lambda m: _label(who, m), freeze_mask)
     with error_context(who):
         tx = partition({"train": optimizer, "freeze": set_to_zero()}, labels)

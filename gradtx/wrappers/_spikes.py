@@ -17,13 +17,13 @@ from .._base._numerics import safe_increment, zero_count
 from .._base._typing import ArrayLike, OptState
 from ..core._transformation import (
     GradientTransformation,
-    _as_transformation,
+    as_transformation,
     forward_extra_args,
     monitored_value,
 )
 from ..transforms._clip_history import ring_init, ring_push, ring_stats
 from ..tree import norm
-from ._common import run_or_skip, wrapping
+from ._common import register_wrapper, run_or_skip
 
 METRICS = ("loss", "grad_norm")
 
@@ -136,7 +136,7 @@ def skip_on_spikes(
     `max_consecutive`.
     """
     who = "skip_on_spikes"
-    tx = _as_transformation(tx, who, "tx")
+    tx = as_transformation(tx, who, "tx")
     check_one_of(who, "metric", metric, METRICS)
     check_int(who, "window", window, minimum=2)
     check_positive(who, "threshold", threshold)
@@ -199,7 +199,7 @@ def skip_on_spikes(
             inner_state=inner_state,
         )
 
-    return wrapping(GradientTransformation(init, update), tx, report=_report)
+    return register_wrapper(GradientTransformation(init, update), tx, report=_report)
 
 
 __all__ = ["SkipOnSpikesState", "skip_on_spikes"]
