@@ -5,27 +5,27 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base._checks import alias_errors, check_in_range, check_non_negative
-from .._base._numerics import abs_sq, bias_correction, safe_increment, widen, zero_count
+from .._base._checks import alias_errors
+from .._base._numerics import abs_sq, bias_correction, widen
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
+from ..transforms._adam import CHECKS, MOMENTS
 from ..transforms._decay import weight_decay as weight_decay_tx
+from ..transforms._rule import non_negative, rule
 from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import check_moment_dtype, ema, moment_buffers, read, store
-from ..tree import assert_same_structure, map_split
+from ..transforms._tier import ema, moment_buffers
 
 
 class ScaleByAcpropState(NamedTuple):
     """State of `scale_by_acprop` (the fields of Optax's `ScaleByBeliefState`)."""
 
     count: jax.Array  # type: ignore[assignment]  # int32, saturating
-    mu: Updates  # EMA of g, the params' dtype
+    mu: Updates  # EMA of g, dtype mu_dtype or the params'
     nu: Updates  # EMA of |g_t - m_{t-1}|^2 (+ eps_root each step), nu_dtype (see below)
 
 
-def _nu_buffers(params: Any, nu_dtype: Any) -> Any:
-    if nu_dtype is not None:
-        return moment_buffers(params, nu_dtype, signed=False)
+def _default_nu(params: Any) -> Any:
+    """`nu` without a `nu_dtype`: the params' dtype, float32 for float16 leaves."""
     half = jnp.dtype(jnp.float16)
     return jax.tree.map(
         lambda x: moment_buffers(x, jnp.float32 if jnp.result_type(x) == half else None),
@@ -40,6 +40,7 @@ def scale_by_acprop(
     eps_root: ArrayLike = 1e-16,
     *,
     nu_dtype: Any = None,
+    mu_dtype: Any = None,
 ) -> GradientTransformation:
     r"""Rescale updates by ACProp: the gradient over the root of the *previous* centred second
     moment.
@@ -64,6 +65,8 @@ def scale_by_acprop(
         a float16 :math:`s` underflows to 0 for small gradients, and as the denominator only
         sees past steps, that makes the next step infinite); a `gradtx.quantized()` spec
         stores it in 8 bits.
+      mu_dtype: dtype of :math:`m` (default: the params' dtype), or a `gradtx.quantized()` spec
+        for 8-bit storage (signed code).
 
     Returns:
       A `GradientTransformation` with state `ScaleByAcpropState(count, mu, nu)`.
@@ -71,37 +74,40 @@ def scale_by_acprop(
     Reference: Zhuang et al., "Momentum Centering and Asynchronous Update for Adaptive Gradient
     Methods" (NeurIPS 2021), arXiv:2110.05454.
     """
-    who = "scale_by_acprop"
-    check_in_range(who, "b1", b1, 0.0, 1.0, high_open=True)
-    check_in_range(who, "b2", b2, 0.0, 1.0, high_open=True)
-    check_non_negative(who, "eps", eps)
-    check_non_negative(who, "eps_root", eps_root)
-    check_moment_dtype(who, "nu_dtype", nu_dtype)
+    tx = _acprop(b1=b1, b2=b2, eps=eps, eps_root=eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype)
+    if nu_dtype is not None:
+        return tx
+    # float32 for the float16 leaves (a slot's dtype keyword is one dtype for every leaf)
+    return GradientTransformation(
+        lambda params: tx.init(params)._replace(nu=_default_nu(params)), tx.update
+    )
 
-    def init(params):
-        return ScaleByAcpropState(
-            count=zero_count(), mu=moment_buffers(params), nu=_nu_buffers(params, nu_dtype)
-        )
 
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        assert_same_structure(who, updates=updates, **{"state.mu": state.mu})
-        first = state.count == 0
-        # The previous step's bias correction; at the first step the denominator is 1.
-        c2 = bias_correction(b2, jnp.maximum(state.count, 1))
+def _previous_count(state, extra_args, t, hyperparameters):
+    """The count before this step: the denominator reads the previous step's moment."""
+    return {"previous": state.count}, {}
 
-        def leaf(g, m, s):
-            gw, s_old = widen(g), read(s)
-            m_buf = store(ema(b1, gw, m), m)
-            s_buf = store(ema(b2, abs_sq(gw - widen(m)), s_old) + eps_root, s)
-            s_hat = jnp.where(first, 1.0, widen(s_old) / c2)
-            u = gw / (jnp.sqrt(s_hat) + eps)
-            return u.astype(g.dtype), m_buf, s_buf
 
-        updates, mu, nu = map_split(leaf, 3, updates, state.mu, state.nu)
-        return updates, ScaleByAcpropState(count=safe_increment(state.count), mu=mu, nu=nu)
+@rule(
+    "scale_by_acprop",
+    ScaleByAcpropState,
+    slots=MOMENTS,
+    checks={**CHECKS, "eps_root": non_negative},
+    prologue=_previous_count,
+)
+def _acprop(t, *, b1, b2, eps, eps_root, previous):
+    first = previous == 0
+    # The previous step's bias correction; at the first step the denominator is 1.
+    c2 = bias_correction(b2, jnp.maximum(previous, 1))
 
-    return GradientTransformation(init, update)
+    def leaf(g, s):
+        m, s_old = s.mu, s.nu  # both as before this step
+        s.keep("mu", ema(b1, g, m))
+        s.keep("nu", ema(b2, abs_sq(g - widen(m)), s_old) + eps_root)
+        s_hat = jnp.where(first, 1.0, widen(s_old) / c2)
+        return g / (jnp.sqrt(s_hat) + eps)
+
+    return leaf
 
 
 @alias_errors(renamed={"weight_decay: rate": "weight_decay"})
@@ -115,6 +121,7 @@ def acprop(
     mask: Any = None,
     *,
     nu_dtype: Any = None,
+    mu_dtype: Any = None,
 ) -> GradientTransformation:
     r"""ACProp: momentum centring and asynchronous update (an AdaBelief variant).
 
@@ -136,6 +143,8 @@ def acprop(
       weight_decay: :math:`\lambda` >= 0, decoupled weight decay (scaled by the learning rate).
       mask: which parameters decay (a boolean tree, a callable or glob patterns); None: all.
       nu_dtype: dtype of the second moment (see `scale_by_acprop`).
+      mu_dtype: dtype of the first moment (default: the params' dtype), or a
+        `gradtx.quantized()` spec.
 
     Returns:
       A `GradientTransformation`.
@@ -150,7 +159,7 @@ def acprop(
     Methods" (NeurIPS 2021), arXiv:2110.05454.
     """
     return chain(
-        scale_by_acprop(b1, b2, eps, eps_root, nu_dtype=nu_dtype),
+        scale_by_acprop(b1, b2, eps, eps_root, nu_dtype=nu_dtype, mu_dtype=mu_dtype),
         weight_decay_tx(weight_decay, mask),
         scale_by_learning_rate(learning_rate),
     )

@@ -6,21 +6,21 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import alias_errors, check_in_range, check_non_negative
-from .._base._numerics import abs_sq, bias_correction, safe_increment, value_at, widen, zero_count
+from .._base._numerics import (
+    abs_sq,
+    bias_correction,
+    safe_increment,
+    value_at,
+    widen,
+    zero_count,
+)
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
-from ..state._quantize import as_leaves
+from ..transforms._adam import CHECKS
 from ..transforms._decay import weight_decay as weight_decay_tx
+from ..transforms._rule import decay, non_negative, rule, slot
 from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import (
-    as_stored,
-    check_moment_dtype,
-    ema,
-    moment_buffers,
-    read,
-    stored,
-    zeros_like_params,
-)
+from ..transforms._tier import as_stored, ema, zeros_like_params
 from ..tree import assert_same_structure, map_split
 
 
@@ -89,45 +89,41 @@ def scale_by_ademamix(
     Reference: Pagliardini et al., "The AdEMAMix Optimizer: Better, Faster, Older" (2024),
     arXiv:2409.03137.
     """
-    who = "scale_by_ademamix"
-    _check_common(who, b1, b2, eps, eps_root)
-    check_in_range(who, "b3", b3, 0.0, 1.0, high_open=True)
-    check_non_negative(who, "alpha", alpha)
-    check_moment_dtype(who, "mu_dtype", mu_dtype)
+    return _ademamix(
+        b1=b1, b2=b2, b3=b3, alpha=alpha, eps=eps, eps_root=eps_root, mu_dtype=mu_dtype
+    )
 
-    def init(params):
-        return ScaleByAdemamixState(
-            count=zero_count(),
-            count_m2=zero_count(),
-            m1=moment_buffers(params, mu_dtype),
-            m2=moment_buffers(params, mu_dtype),
-            nu=moment_buffers(params, mu_dtype, signed=False),
-        )
 
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        assert_same_structure(who, updates=updates, **{"state.m1": as_leaves(state.m1)})
-        beta3 = value_at(b3, state.count_m2)
-        mix = value_at(alpha, state.count_m2)
-        count = safe_increment(state.count)
-        c1 = bias_correction(b1, count)
-        c2 = bias_correction(b2, count)
+def _slow_schedules(state, extra_args, t, hp):
+    """b3 and alpha at the slow EMA's own count (`count_m2`), which this step advances."""
+    at = lambda name: value_at(hp[name], state.count_m2, who="scale_by_ademamix", name=name)
+    values = {"beta3": at("b3"), "mix": at("alpha")}
+    return values, {"count_m2": safe_increment(state.count_m2)}
 
-        def leaf(g, m1, m2, v):
-            gw = widen(g)
-            m1_buf, m1_new = stored(ema(b1, gw, read(m1)), m1)
-            m2_buf, m2_new = stored(ema(beta3, gw, read(m2)), m2)
-            v_buf, v_new = stored(ema(b2, abs_sq(gw), read(v)), v)
-            u = (m1_new / c1 + mix * m2_new) / (jnp.sqrt(v_new / c2 + eps_root) + eps)
-            return u.astype(g.dtype), m1_buf, m2_buf, v_buf
 
-        updates, m1, m2, nu = map_split(leaf, 4, updates, state.m1, state.m2, state.nu)
-        new_state = ScaleByAdemamixState(
-            count=count, count_m2=safe_increment(state.count_m2), m1=m1, m2=m2, nu=nu
-        )
-        return updates, new_state
+@rule(
+    "scale_by_ademamix",
+    ScaleByAdemamixState,
+    slots={
+        "m1": slot(dtype="mu_dtype"),
+        "m2": slot(dtype="mu_dtype"),
+        "nu": slot(dtype="mu_dtype", signed=False),
+    },
+    checks={**CHECKS, "eps_root": non_negative, "b3": decay, "alpha": non_negative},
+    prologue=_slow_schedules,
+    fields=lambda hp: {"count_m2": zero_count()},
+)
+def _ademamix(t, *, b1, b2, b3, alpha, eps, eps_root, beta3, mix):
+    del b3, alpha  # as schedules of count_m2: beta3, mix
+    c1, c2 = bias_correction(b1, t), bias_correction(b2, t)
 
-    return GradientTransformation(init, update)
+    def leaf(g, s):
+        m1 = s.keep("m1", ema(b1, g, s.m1))
+        m2 = s.keep("m2", ema(beta3, g, s.m2))
+        v = s.keep("nu", ema(b2, abs_sq(g), s.nu))
+        return (m1 / c1 + mix * m2) / (jnp.sqrt(v / c2 + eps_root) + eps)
+
+    return leaf
 
 
 @alias_errors(renamed={"weight_decay: rate": "weight_decay"})

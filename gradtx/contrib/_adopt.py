@@ -6,21 +6,13 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base._checks import alias_errors, check_in_range, check_non_negative
-from .._base._numerics import abs_sq, safe_increment, widen, zero_count
+from .._base._checks import alias_errors
+from .._base._numerics import abs_sq, widen
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
-from ..state._quantize import as_leaves
+from ..transforms._rule import decay, non_negative, rule, slot
 from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import (
-    check_moment_dtype,
-    ema,
-    moment_buffers,
-    read,
-    store,
-    zeros_like_params,
-)
-from ..tree import assert_same_structure, map_split
+from ..transforms._tier import ema
 
 
 class ScaleByAdoptState(NamedTuple):
@@ -28,7 +20,7 @@ class ScaleByAdoptState(NamedTuple):
 
     count: jax.Array  # type: ignore[assignment]  # int32, saturating
     mu: Updates  # momentum of the normalised gradients, dtype mu_dtype or the params'
-    nu: Updates  # EMA of |g|^2, the params' dtype
+    nu: Updates  # EMA of |g|^2, dtype nu_dtype or the params'
 
 
 def _fourth_root(count: jax.Array) -> jax.Array:
@@ -44,6 +36,7 @@ def scale_by_adopt(
     nesterov: bool = False,
     use_clipping: bool = True,
     clip_value_fn: Callable[[jax.Array], jax.Array] = _fourth_root,
+    nu_dtype: Any = None,
 ) -> GradientTransformation:
     r"""Rescale updates by ADOPT: the gradient is normalised by the second moment of the *past*
     gradients before it enters the momentum.
@@ -69,6 +62,8 @@ def scale_by_adopt(
       use_clipping: clip the normalised gradient to :math:`\pm c(t-1)`.
       clip_value_fn: :math:`c`, the clipping bound as a function of the step count (0 at the
         first step); default :math:`c(t) = t^{1/4}`.
+      nu_dtype: dtype of the second moment buffer (default: the params' dtype), or a
+        `gradtx.quantized()` spec for 8-bit storage (unsigned code).
 
     Returns:
       A `GradientTransformation` with state `ScaleByAdoptState(count, mu, nu)`.
@@ -76,41 +71,48 @@ def scale_by_adopt(
     Reference: Taniguchi et al., "ADOPT: Modified Adam Can Converge with Any beta2 with the
     Optimal Rate" (NeurIPS 2024).
     """
-    who = "scale_by_adopt"
-    check_in_range(who, "b1", b1, 0.0, 1.0, high_open=True)
-    check_in_range(who, "b2", b2, 0.0, 1.0, high_open=True)
-    check_non_negative(who, "eps", eps)
-    check_moment_dtype(who, "mu_dtype", mu_dtype)
     if use_clipping and not callable(clip_value_fn):
-        raise TypeError(f"{who}: clip_value_fn must be callable, got {clip_value_fn!r}")
+        raise TypeError(f"scale_by_adopt: clip_value_fn must be callable, got {clip_value_fn!r}")
+    return _adopt(
+        b1=b1,
+        b2=b2,
+        eps=eps,
+        nesterov=nesterov,
+        clip_value_fn=clip_value_fn if use_clipping else None,
+        mu_dtype=mu_dtype,
+        nu_dtype=nu_dtype,
+    )
 
-    def init(params):
-        return ScaleByAdoptState(
-            count=zero_count(), mu=moment_buffers(params, mu_dtype), nu=zeros_like_params(params)
-        )
 
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        assert_same_structure(who, updates=updates, **{"state.mu": as_leaves(state.mu)})
-        started = state.count > 0
-        d1 = jnp.where(started, jnp.asarray(b1, jnp.float32), 1.0)
-        d2 = jnp.where(started, jnp.asarray(b2, jnp.float32), 0.0)
-        bound = jnp.asarray(clip_value_fn(state.count), jnp.float32) if use_clipping else None
+def _previous_count(state, extra_args, t, hyperparameters):
+    """The count before this step: ADOPT's first step (and its clipping bound) read it."""
+    return {"previous": state.count}, {}
 
-        def leaf(g, m, v):
-            gw = widen(g)
-            v_buf = store(ema(d2, abs_sq(gw), v), v)
-            g_hat = gw / jnp.maximum(jnp.sqrt(widen(v)), eps)
-            if bound is not None:
-                g_hat = jnp.clip(g_hat, -bound, bound)
-            m_new = ema(d1, g_hat, read(m))  # the update reads it unrounded, as Optax's
-            u = ema(d1, g_hat, m_new) if nesterov else m_new
-            return u.astype(g.dtype), store(m_new, m), v_buf
 
-        updates, mu, nu = map_split(leaf, 3, updates, state.mu, state.nu)
-        return updates, ScaleByAdoptState(count=safe_increment(state.count), mu=mu, nu=nu)
+@rule(
+    "scale_by_adopt",
+    ScaleByAdoptState,
+    slots={"mu": slot(dtype="mu_dtype"), "nu": slot(dtype="nu_dtype", signed=False)},
+    checks={"b1": decay, "b2": decay, "eps": non_negative},
+    prologue=_previous_count,
+)
+def _adopt(t, *, b1, b2, eps, nesterov, clip_value_fn, previous):
+    started = previous > 0
+    d1 = jnp.where(started, jnp.asarray(b1, jnp.float32), 1.0)
+    d2 = jnp.where(started, jnp.asarray(b2, jnp.float32), 0.0)
+    bound = None if clip_value_fn is None else jnp.asarray(clip_value_fn(previous), jnp.float32)
 
-    return GradientTransformation(init, update)
+    def leaf(g, s):
+        v = s.nu  # the step divides by the previous second moment
+        s.keep("nu", ema(d2, abs_sq(g), v))
+        g_hat = g / jnp.maximum(jnp.sqrt(widen(v)), eps)
+        if bound is not None:
+            g_hat = jnp.clip(g_hat, -bound, bound)
+        m = ema(d1, g_hat, s.mu)
+        s.keep("mu", m)  # the update reads it unrounded, as Optax's
+        return ema(d1, g_hat, m) if nesterov else m
+
+    return leaf
 
 
 @alias_errors
@@ -124,6 +126,7 @@ def adopt(
     nesterov: bool = False,
     use_clipping: bool = True,
     clip_value_fn: Callable[[jax.Array], jax.Array] = _fourth_root,
+    nu_dtype: Any = None,
 ) -> GradientTransformation:
     r"""ADOPT: Adam that converges with any :math:`\beta_2`, by normalising each gradient with the
     second moment of the previous ones.
@@ -144,6 +147,8 @@ def adopt(
       use_clipping: clip the normalised gradient (recommended when training from scratch).
       clip_value_fn: the clipping bound as a function of the step count (default
         :math:`t^{1/4}`).
+      nu_dtype: dtype of the second moment buffer (default: the params' dtype), or a
+        `gradtx.quantized()` spec for 8-bit storage.
 
     Returns:
       A `GradientTransformation`.
@@ -166,6 +171,7 @@ def adopt(
             nesterov=nesterov,
             use_clipping=use_clipping,
             clip_value_fn=clip_value_fn,
+            nu_dtype=nu_dtype,
         ),
         scale_by_learning_rate(learning_rate),
     )

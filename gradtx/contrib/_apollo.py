@@ -1,125 +1,27 @@
 """APOLLO: AdamW's moments kept in a random low-rank projection, used only to measure a
 channel-wise (or tensor-wise) learning-rate scale that is applied to the raw gradient.
 
-Also the low-rank machinery that Fira shares: a leaf seen as a batch of (m, n) matrices, its
-projection to rank r on the smaller side, the scale per channel and the norm-growth limiter."""
+Also what Fira shares with it on top of the low-rank Adam (`_galore.LowRankAdam`): the scale per
+channel and the norm-growth limiter."""
 
 import math
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from .._base._checks import (
-    alias_errors,
-    check_in_range,
-    check_int,
-    check_non_negative,
-    check_one_of,
-)
-from .._base._numerics import (
-    abs_sq,
-    bias_correction,
-    cond,
-    key_data,
-    safe_increment,
-    widen,
-    zero_count,
-)
+from .._base._checks import alias_errors, check_non_negative, check_one_of
+from .._base._numerics import abs_sq, key_data
 from .._base._typing import ArrayLike, MaskOrFn, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
-from ._dimension_numbers import is_dimension_numbers, matrix_axes, per_leaf_dimension_numbers
-from ._galore import GaLoreDimensionNumbers
+from ._galore import LowRank, LowRankAdam
 
 SCALE_TYPES = ("channel", "tensor")
 PROJ_TYPES = ("random",)
-PRECONDITIONER_DTYPES = (jnp.float32, jnp.bfloat16)
 NORM_GROWTH = 1.01  # the limiter's gamma: the norm may grow by at most 1 % a step
 NORM_EPS = 1e-8  # added to the norms divided by (the authors' and the reference's)
-
-
-class LowRank(NamedTuple):
-    """A leaf seen as a batch of (m, n) matrices (batch axes first, kept, never flattened), and
-    its projection to rank r on the smaller side: P is (*batch, n, r) and R = G P (*batch, m,
-    r) when m >= n ("right"), else P is (*batch, m, r) and R = P^T G (*batch, r, n)."""
-
-    perm: tuple[int, ...]  # batch axes, reduction axes, output axes
-    perm_shape: tuple[int, ...]  # the shape after transposing
-    batch: tuple[int, ...]  # the batch shape
-    m: int
-    n: int
-    rank: int
-    right: bool
-
-    def to_mat(self, x: jax.Array) -> jax.Array:
-        return jnp.transpose(x, self.perm).reshape(*self.batch, self.m, self.n)
-
-    def from_mat(self, x: jax.Array) -> jax.Array:
-        inverse = tuple(int(i) for i in np.argsort(self.perm))
-        return jnp.transpose(x.reshape(self.perm_shape), inverse)
-
-    def proj_shape(self) -> tuple[int, ...]:
-        return (*self.batch, self.n if self.right else self.m, self.rank)
-
-    def low_shape(self) -> tuple[int, ...]:
-        return (*self.batch, self.m, self.rank) if self.right else (*self.batch, self.rank, self.n)
-
-    def project(self, g: jax.Array, p: jax.Array) -> jax.Array:
-        return g @ p if self.right else jnp.swapaxes(p, -1, -2) @ g
-
-    def back(self, r: jax.Array, p: jax.Array) -> jax.Array:
-        return r @ jnp.swapaxes(p, -1, -2) if self.right else p @ r
-
-    @property
-    def rank_axis(self) -> int:
-        """The axis of R that the projection made of size r (summed over by the channel norm)."""
-        return -1 if self.right else -2
-
-
-def low_rank_leaves(who: str, tree: Any, dims: Any, rank: int) -> list[LowRank | None]:
-    """Per leaf of `tree`: its `LowRank` view, or None for a leaf that is not projected. `dims`
-    None projects the 2-D leaves (rows = axis 0); one dimension-numbers tuple applies to every
-    leaf of rank >= 2 (the other axes are batch axes); a tree of them (and Nones) or a callable
-    chooses per leaf."""
-    leaves = jax.tree.leaves(tree)
-    if dims is None:
-        specs = [GaLoreDimensionNumbers() if np.ndim(x) == 2 else None for x in leaves]
-    elif is_dimension_numbers(dims):
-        specs = [dims if len(np.shape(x)) >= 2 else None for x in leaves]
-    else:
-        specs = per_leaf_dimension_numbers(who, dims, tree)
-    out: list[LowRank | None] = []
-    for x, spec in zip(leaves, specs, strict=True):
-        if spec is None:
-            out.append(None)
-            continue
-        if not is_dimension_numbers(spec):
-            raise TypeError(
-                f"{who}: weight_dimension_numbers must give a GaLoreDimensionNumbers or None per "
-                f"leaf, got {spec!r}"
-            )
-        shape = tuple(np.shape(x))
-        if len(shape) < 2:
-            raise ValueError(f"{who}: only leaves of rank >= 2 are projected, got shape {shape}")
-        batch, red, outp = matrix_axes(who, shape, spec)
-        m = math.prod(shape[a] for a in red)
-        n = math.prod(shape[a] for a in outp)
-        perm = batch + red + outp
-        out.append(
-            LowRank(
-                perm=perm,
-                perm_shape=tuple(shape[a] for a in perm),
-                batch=tuple(shape[a] for a in batch),
-                m=m,
-                n=n,
-                rank=min(rank, m, n),
-                right=m >= n,
-            )
-        )
-    return out
 
 
 def channel_scale(lr: LowRank, adapted: jax.Array, r: jax.Array, scale_type: str) -> jax.Array:
@@ -145,16 +47,6 @@ def limit_norm_growth(
     limiter = jnp.maximum(norm / (previous + NORM_EPS), NORM_GROWTH) / NORM_GROWTH
     limiter = jnp.where(active & (previous > 0), limiter, 1.0)
     return s / limiter[..., None, None], (norm / limiter).astype(previous.dtype)
-
-
-def check_preconditioner_dtype(who: str, dtype: Any) -> jnp.dtype:
-    try:
-        dt = jnp.dtype(dtype)
-    except TypeError:
-        dt = None
-    if dt not in [jnp.dtype(d) for d in PRECONDITIONER_DTYPES]:
-        raise ValueError(f"{who}: preconditioner_dtype must be float32 or bfloat16, got {dtype!r}")
-    return dt
 
 
 class ScaleByApolloState(NamedTuple):
@@ -248,81 +140,31 @@ def scale_by_apollo(
     arXiv:2412.05270, Algorithm 1; github.com/zhuhanqing/APOLLO.
     """
     who = "scale_by_apollo"
-    check_int(who, "rank", rank, minimum=1)
-    check_int(who, "update_proj_gap", update_proj_gap, minimum=1)
     check_non_negative(who, "scale", scale, finite=True)
-    check_in_range(who, "b1", b1, 0.0, 1.0, high_open=True)
-    check_in_range(who, "b2", b2, 0.0, 1.0, high_open=True)
-    check_non_negative(who, "eps", eps)
+    core = LowRankAdam.checked(
+        who, rank, update_proj_gap, b1, b2, eps, weight_dimension_numbers, preconditioner_dtype
+    )
     check_one_of(who, "scale_type", scale_type, SCALE_TYPES)
     check_one_of(who, "proj", proj, PROJ_TYPES)
-    pdt = check_preconditioner_dtype(who, preconditioner_dtype)
     key0 = key_data(who, "seed", seed)
-    dims = weight_dimension_numbers
 
     def init(params):
-        leaves, treedef = jax.tree.flatten(params)
-        mats = low_rank_leaves(who, params, dims, rank)
-        mu, proj_, norm = [], [], []
-        for x, lr in zip(leaves, mats, strict=True):
-            if lr is None:
-                mu.append(jnp.zeros(np.shape(x), x.dtype))
-                proj_.append(jnp.zeros((0, 0), pdt))
-                norm.append(jnp.zeros((), jnp.float32))
-            else:
-                mu.append(jnp.zeros(lr.low_shape(), pdt))
-                proj_.append(jnp.zeros(lr.proj_shape(), pdt))
-                norm.append(jnp.zeros(lr.batch, jnp.float32))
-        tree = treedef.unflatten
-        return ScaleByApolloState(
-            count=zero_count(),
-            key=jnp.asarray(key0),
-            mu=tree(mu),
-            nu=tree([jnp.zeros_like(m) for m in mu]),
-            projection=tree(proj_),
-            norm=tree(norm),
-        )
+        return ScaleByApolloState(key=jnp.asarray(key0), **core.init(params))
 
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
-        leaves, treedef = jax.tree.flatten(updates)
-        mats = low_rank_leaves(who, updates, dims, rank)
-        flat = [
-            treedef.flatten_up_to(s) for s in (state.mu, state.nu, state.projection, state.norm)
-        ]
-        refresh = state.count % update_proj_gap == 0
-        started = state.count > 0
-        count = safe_increment(state.count)
-        c1 = bias_correction(b1, count)
-        c2 = bias_correction(b2, count)
-        step = jnp.sqrt(c2) / c1
         step_key = jax.random.fold_in(jax.random.wrap_key_data(state.key), state.count)
-        outs = []
-        for i, (g, lr, m, v, p_old, prev) in enumerate(zip(leaves, mats, *flat, strict=True)):
-            gw = widen(g)
-            if lr is None:
-                m_new = ((1 - b1) * gw + b1 * m).astype(m.dtype)
-                v_new = ((1 - b2) * abs_sq(gw) + b2 * v).astype(v.dtype)
-                u = step * widen(m_new) / (jnp.sqrt(widen(v_new)) + eps)
-                outs.append((u.astype(g.dtype), m_new, v_new, p_old, prev))
-                continue
 
-            def draw(i=i, lr=lr, p_old=p_old):
-                z = jax.random.normal(jax.random.fold_in(step_key, i), lr.proj_shape(), jnp.float32)
-                return (z / math.sqrt(lr.rank)).astype(p_old.dtype)
+        def draw(i: int, lr: LowRank, g: jax.Array, p_old: jax.Array) -> jax.Array:
+            z = jax.random.normal(jax.random.fold_in(step_key, i), lr.proj_shape(), jnp.float32)
+            return (z / math.sqrt(lr.rank)).astype(p_old.dtype)
 
-            p = cond(refresh, draw, lambda p_old=p_old: p_old)
-            g2 = lr.to_mat(gw)
-            r = lr.project(g2, widen(p))
-            m_new = ((1 - b1) * r + b1 * widen(m)).astype(m.dtype)
-            v_new = ((1 - b2) * abs_sq(r) + b2 * widen(v)).astype(v.dtype)
-            adapted = widen(m_new) / (jnp.sqrt(widen(v_new)) + eps)
-            s = g2 * channel_scale(lr, adapted, r, scale_type)
-            s, norm = limit_norm_growth(s, prev, started)
-            u = (jnp.sqrt(jnp.asarray(scale, jnp.float32)) * step) * lr.from_mat(s)
-            outs.append((u.astype(g.dtype), m_new, v_new, p, norm))
-        cols = [treedef.unflatten([o[k] for o in outs]) for k in range(5)]
-        return cols[0], ScaleByApolloState(count, state.key, *cols[1:])
+        def direction(lr, g, p, r, n, previous, started, step):
+            s, norm = limit_norm_growth(g * channel_scale(lr, n, r, scale_type), previous, started)
+            return (jnp.sqrt(jnp.asarray(scale, jnp.float32)) * step) * lr.from_mat(s), norm
+
+        new_updates, fields = core.update(updates, state, draw, direction)
+        return new_updates, ScaleByApolloState(key=state.key, **fields)
 
     return GradientTransformation(init, update)
 

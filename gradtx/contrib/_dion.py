@@ -19,7 +19,6 @@ from .._base._explicit import auto_partitioned
 from .._base._numerics import key_data, safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
-from ..optimizers._adam import adamw
 from ..state._buffers import check_float_dtype
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
@@ -32,6 +31,7 @@ from ._dimension_numbers import (
     per_leaf_dimension_numbers,
     untranspose,
 )
+from ._fallback import adamw_fallback
 
 
 class DionDimensionNumbers(NamedTuple):
@@ -414,14 +414,16 @@ def dion(
                 weight_decay_tx(weight_decay, weight_decay_mask),
                 scale_by_learning_rate(learning_rate),
             ),
-            "adam": adamw(
+            "adam": adamw_fallback(
                 adam_learning_rate,
                 adam_b1,
                 adam_b2,
                 eps,
                 adam_eps_root,
-                mu_dtype,
                 weight_decay=adam_weight_decay,
+                mu_dtype=mu_dtype,
+                nu_dtype=None,
+                nesterov=False,  # the reference's AdamW (microsoft/dion)
             ),
         },
         labels,

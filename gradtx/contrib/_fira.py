@@ -6,21 +6,15 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from .._base._checks import alias_errors, check_in_range, check_int, check_non_negative
+from .._base._checks import alias_errors, check_non_negative
 from .._base._explicit import auto_partitioned
-from .._base._numerics import abs_sq, bias_correction, cond, safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, MaskOrFn, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
-from ._apollo import (
-    channel_scale,
-    check_preconditioner_dtype,
-    limit_norm_growth,
-    low_rank_leaves,
-)
+from ._apollo import channel_scale, limit_norm_growth
+from ._galore import LowRankAdam, top_singular_vectors
 
 
 class ScaleByFiraState(NamedTuple):
@@ -102,78 +96,26 @@ def scale_by_fira(
     Constraint?" (2024), arXiv:2410.01623, Algorithm 1; github.com/xichen-fy/Fira.
     """
     who = "scale_by_fira"
-    check_int(who, "rank", rank, minimum=1)
-    check_int(who, "update_proj_gap", update_proj_gap, minimum=1)
     check_non_negative(who, "scale", scale, finite=True)
-    check_in_range(who, "b1", b1, 0.0, 1.0, high_open=True)
-    check_in_range(who, "b2", b2, 0.0, 1.0, high_open=True)
-    check_non_negative(who, "eps", eps)
-    pdt = check_preconditioner_dtype(who, preconditioner_dtype)
-    dims = weight_dimension_numbers
+    core = LowRankAdam.checked(
+        who, rank, update_proj_gap, b1, b2, eps, weight_dimension_numbers, preconditioner_dtype
+    )
 
     def init(params):
-        leaves, treedef = jax.tree.flatten(params)
-        mu, proj, norm = [], [], []
-        for x, lr in zip(leaves, low_rank_leaves(who, params, dims, rank), strict=True):
-            if lr is None:
-                mu.append(jnp.zeros(np.shape(x), x.dtype))
-                proj.append(jnp.zeros((0, 0), pdt))
-                norm.append(jnp.zeros((), jnp.float32))
-            else:
-                mu.append(jnp.zeros(lr.low_shape(), pdt))
-                proj.append(jnp.zeros(lr.proj_shape(), pdt))
-                norm.append(jnp.zeros(lr.batch, jnp.float32))
-        tree = treedef.unflatten
-        return ScaleByFiraState(
-            count=zero_count(),
-            mu=tree(mu),
-            nu=tree([jnp.zeros_like(m) for m in mu]),
-            projection=tree(proj),
-            norm=tree(norm),
-        )
+        return ScaleByFiraState(**core.init(params))
 
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
-        leaves, treedef = jax.tree.flatten(updates)
-        mats = low_rank_leaves(who, updates, dims, rank)
-        flat = [
-            treedef.flatten_up_to(s) for s in (state.mu, state.nu, state.projection, state.norm)
-        ]
-        refresh = state.count % update_proj_gap == 0
-        started = state.count > 0
-        count = safe_increment(state.count)
-        step = jnp.sqrt(bias_correction(b2, count)) / bias_correction(b1, count)
         alpha = jnp.asarray(scale, jnp.float32)
-        outs = []
-        for g, lr, m, v, p_old, prev in zip(leaves, mats, *flat, strict=True):
-            gw = widen(g)
-            if lr is None:
-                m_new = ((1 - b1) * gw + b1 * m).astype(m.dtype)
-                v_new = ((1 - b2) * abs_sq(gw) + b2 * v).astype(v.dtype)
-                u = step * widen(m_new) / (jnp.sqrt(widen(v_new)) + eps)
-                outs.append((u.astype(g.dtype), m_new, v_new, p_old, prev))
-                continue
-            g2 = lr.to_mat(gw)
 
-            def fresh(g2=g2, lr=lr, p_old=p_old):
-                u_, _, vh = jnp.linalg.svd(g2.astype(jnp.float32), full_matrices=False)
-                top = (
-                    jnp.swapaxes(vh[..., : lr.rank, :], -1, -2) if lr.right else u_[..., : lr.rank]
-                )
-                return top.astype(p_old.dtype)
+        def direction(lr, g, p, r, n, previous, started, step):
+            residual = (g - lr.back(r, p)) * channel_scale(lr, n, r, "channel")
+            residual, norm = limit_norm_growth(residual, previous, started)
+            return step * lr.from_mat(alpha * lr.back(n, p) + residual), norm
 
-            p = cond(refresh, fresh, lambda p_old=p_old: p_old)
-            pw = widen(p)
-            r = lr.project(g2, pw)
-            m_new = ((1 - b1) * r + b1 * widen(m)).astype(m.dtype)
-            v_new = ((1 - b2) * abs_sq(r) + b2 * widen(v)).astype(v.dtype)
-            n = widen(m_new) / (jnp.sqrt(widen(v_new)) + eps)
-            residual = (g2 - lr.back(r, pw)) * channel_scale(lr, n, r, "channel")
-            residual, norm = limit_norm_growth(residual, prev, started)
-            u = step * lr.from_mat(alpha * lr.back(n, pw) + residual)
-            outs.append((u.astype(g.dtype), m_new, v_new, p, norm))
-        cols = [treedef.unflatten([o[k] for o in outs]) for k in range(5)]
-        return cols[0], ScaleByFiraState(count, *cols[1:])
+        projection = lambda i, lr, g, p_old: top_singular_vectors(lr, g, p_old.dtype)
+        new_updates, fields = core.update(updates, state, projection, direction)
+        return new_updates, ScaleByFiraState(**fields)
 
     return GradientTransformation(init, auto_partitioned(update))
 

@@ -8,25 +8,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base._checks import alias_errors, check_in_range, check_non_negative, check_one_of
-from .._base._numerics import abs_sq, bias_correction, safe_increment, widen, zero_count
+from .._base._checks import alias_errors, check_non_negative, check_one_of
+from .._base._numerics import abs_sq, bias_correction, widen
 from .._base._typing import ArrayLike, MaskOrFn, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
-from ..state._quantize import as_leaves
-from ..transforms._adam import scale_by_adam
 from ..transforms._decay import weight_decay as weight_decay_tx
+from ..transforms._rule import decay, non_negative, rule, slot
 from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import (
-    check_moment_dtype,
-    ema,
-    moment_buffers,
-    read,
-    stored,
-    zeros_like_params,
-)
-from ..tree import assert_same_structure, map_split
+from ..transforms._tier import ema
 from ..tree._patterns import resolve_mask
 from ..wrappers._partition import multi_transform
+from ._fallback import adam_fallback
 
 MARS_TYPES = ("adamw", "lion")
 
@@ -105,47 +97,50 @@ def scale_by_mars(
     Reference: Yuan et al., "MARS: Unleashing the Power of Variance Reduction for Training Large
     Models" (2024), arXiv:2411.10438, Algorithms 2 and 3 (MARS-AdamW, MARS-Lion).
     """
-    who = "scale_by_mars"
-    check_in_range(who, "b1", b1, 0.0, 1.0, high_open=True)
-    check_in_range(who, "b2", b2, 0.0, 1.0, high_open=True)
-    check_non_negative(who, "gamma", gamma)
-    check_non_negative(who, "eps", eps)
-    check_one_of(who, "mars_type", mars_type, MARS_TYPES)
-    check_moment_dtype(who, "mu_dtype", mu_dtype)
-    check_moment_dtype(who, "nu_dtype", nu_dtype)
-    lion = mars_type == "lion"
+    return _mars(
+        b1=b1,
+        b2=b2,
+        gamma=gamma,
+        eps=eps,
+        mars_type=mars_type,
+        mu_dtype=mu_dtype,
+        nu_dtype=nu_dtype,
+    )
 
-    def init(params):
-        return ScaleByMarsState(
-            count=zero_count(),
-            mu=moment_buffers(params, mu_dtype),
-            nu=moment_buffers(params, nu_dtype, signed=False),
-            prev_grad=zeros_like_params(params),
-        )
 
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        assert_same_structure(who, updates=updates, **{"state.mu": as_leaves(state.mu)})
-        count = safe_increment(state.count)
-        c1 = bias_correction(b1, count)
-        c2 = bias_correction(b2, count)
-        weight = gamma * b1 / (1 - jnp.asarray(b1, jnp.float32))
+@rule(
+    "scale_by_mars",
+    ScaleByMarsState,
+    slots={
+        "mu": slot(dtype="mu_dtype"),
+        "nu": slot(dtype="nu_dtype", signed=False),
+        "prev_grad": slot(),
+    },
+    checks={
+        "b1": decay,
+        "b2": decay,
+        "gamma": non_negative,
+        "eps": non_negative,
+        "mars_type": lambda who, name, value: check_one_of(who, name, value, MARS_TYPES),
+    },
+    elementwise=False,  # the clip divides by the norm of the leaf
+)
+def _mars(t, *, b1, b2, gamma, eps, mars_type):
+    c1, c2 = bias_correction(b1, t), bias_correction(b2, t)
+    weight = gamma * b1 / (1 - jnp.asarray(b1, jnp.float32))
 
-        def leaf(g, m, v, prev):
-            gw = widen(g)
-            c = _unit_clipped(gw + weight * (gw - widen(prev)))
-            m_buf, m_new = stored(ema(b1, c, read(m)), m)
-            if lion:
-                v_buf, u = v, jnp.sign(m_new)
-            else:
-                v_buf, v_new = stored(ema(b2, abs_sq(c), read(v)), v)
-                u = (m_new / c1) / (jnp.sqrt(v_new / c2) + eps)
-            return u.astype(g.dtype), m_buf, v_buf, g.astype(prev.dtype)
+    def leaf(g, s):
+        c = _unit_clipped(g + weight * (g - widen(s.prev_grad)))
+        m = s.keep("mu", ema(b1, c, s.mu))
+        if mars_type == "lion":
+            u = jnp.sign(m)  # the second moment is not kept: it stays 0
+        else:
+            v = s.keep("nu", ema(b2, abs_sq(c), s.nu))
+            u = (m / c1) / (jnp.sqrt(v / c2) + eps)
+        s.keep("prev_grad", g)
+        return u
 
-        updates, mu, nu, prev = map_split(leaf, 4, updates, state.mu, state.nu, state.prev_grad)
-        return updates, ScaleByMarsState(count=count, mu=mu, nu=nu, prev_grad=prev)
-
-    return GradientTransformation(init, update)
+    return leaf
 
 
 def _uses_mars(x: Any, optimize_1d: bool) -> bool:
@@ -274,7 +269,10 @@ def mars(
                 "mars": scale_by_mars(
                     b1, b2, gamma, eps, mu_dtype, mars_type=mars_type, nu_dtype=nu_dtype
                 ),
-                "adam": scale_by_adam(adam_b1, adam_b2, eps, mu_dtype=mu_dtype, nu_dtype=nu_dtype),
+                # the reference's AdamW: no Nesterov, no eps_root
+                "adam": adam_fallback(
+                    adam_b1, adam_b2, eps, 0.0, mu_dtype, nu_dtype, nesterov=False
+                ),
             },
             labels,
         ),

@@ -21,7 +21,6 @@ from .._base._explicit import auto_partitioned
 from .._base._numerics import bias_correction, safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
-from ..optimizers._adam import adamw
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
 from ..transforms._tier import check_moment_dtype, ema, moment_buffers, read, stateless, store
@@ -32,6 +31,7 @@ from ._dimension_numbers import (
     per_leaf_dimension_numbers,
     untranspose,
 )
+from ._fallback import adamw_fallback
 
 _PRECONDITIONINGS = ("frobenius", "spectral", "aol", "schatten")
 _DEFAULT_NS_COEFFS = (3.4445, -4.7750, 2.0315)
@@ -445,15 +445,16 @@ def muon(
                 weight_decay_tx(weight_decay, weight_decay_mask),
                 scale_by_learning_rate(learning_rate),
             ),
-            "adam": adamw(
+            "adam": adamw_fallback(
                 adam_learning_rate,
                 adam_b1,
                 adam_b2,
                 eps,
                 adam_eps_root,
-                mu_dtype,
                 weight_decay=adam_weight_decay,
-                nesterov=nesterov,
+                mu_dtype=mu_dtype,
+                nu_dtype=None,
+                nesterov=nesterov,  # as optax.contrib.muon
             ),
         },
         labels,

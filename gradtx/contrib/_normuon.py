@@ -18,7 +18,6 @@ from .._base._explicit import auto_partitioned
 from .._base._numerics import safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain, identity
-from ..optimizers._adam import adamw
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
 from ..transforms._tier import (
@@ -32,6 +31,7 @@ from ..transforms._tier import (
 )
 from ..wrappers._partition import multi_transform
 from ._dimension_numbers import matrix_labels, per_leaf_dimension_numbers, untranspose
+from ._fallback import adamw_fallback
 from ._muon import (  # read-only: Muon's orthogonalisation
     _DEFAULT_NS_COEFFS,
     _NS_COEFFS_PRESETS,
@@ -400,14 +400,16 @@ def normuon(
                 weight_decay_tx(weight_decay, weight_decay_mask),
                 scale_by_learning_rate(learning_rate),
             ),
-            "adam": adamw(
+            "adam": adamw_fallback(
                 adam_learning_rate,
                 adam_b1,
                 adam_b2,
                 eps,
                 adam_eps_root,
-                mu_dtype,
                 weight_decay=adam_weight_decay,
+                mu_dtype=mu_dtype,
+                nu_dtype=None,
+                nesterov=False,  # the reference's AdamW (pytorch_optimizer.NorMuon)
             ),
         },
         matrix_labels(who, spec, "normuon"),

@@ -21,13 +21,13 @@ from .._base._explicit import auto_partitioned
 from .._base._numerics import safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
-from ..optimizers._adam import adamw
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
 from ..transforms._tier import check_moment_dtype, ema, moment_buffers, read, store
 from ..tree import broadcast_prefix
 from ..wrappers._partition import multi_transform
 from ._dimension_numbers import per_leaf_dimension_numbers
+from ._fallback import adamw_fallback
 from ._muon import _DEFAULT_NS_COEFFS, DimensionNumbersOrFn, _coefficient_table, _orthogonalize
 from ._normuon import _TINY, _safe_div, from_matrices, matrix_view, to_matrices, unit_peak
 
@@ -396,13 +396,16 @@ def scion(
                 weight_decay_tx(1.0 if constraint else weight_decay, weight_decay_mask),
                 scale_by_learning_rate(learning_rate),
             ),
-            "adam": adamw(
+            "adam": adamw_fallback(
                 adam_learning_rate,
                 adam_b1,
                 adam_b2,
                 eps,
-                mu_dtype=mu_dtype,
+                0.0,  # eps_root: Scion has no adam_eps_root
                 weight_decay=adam_weight_decay,
+                mu_dtype=mu_dtype,
+                nu_dtype=None,
+                nesterov=False,  # the reference's AdamW (pytorch_optimizer.SCION)
             ),
         },
         _labels(who, norm, weight_dimension_numbers),

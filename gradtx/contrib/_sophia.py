@@ -5,23 +5,15 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base._checks import alias_errors, check_in_range, check_int, check_positive
-from .._base._numerics import bias_correction, cond, key_data, safe_increment, widen, zero_count
+from .._base._checks import alias_errors, check_int, check_positive
+from .._base._numerics import bias_correction, cond, key_data, widen
 from .._base._typing import ArrayLike, OptState, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain, forward_extra_args
 from ..transforms._decay import weight_decay as weight_decay_tx
+from ..transforms._rule import decay, rule, slot
 from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import (
-    check_moment_dtype,
-    ema,
-    moment_buffers,
-    read,
-    require_params,
-    store,
-    stored,
-    zeros_like_params,
-)
-from ..tree import assert_same_structure, map_split, size
+from ..transforms._tier import ema, require_params, store
+from ..tree import assert_same_structure, size
 
 
 class HutchinsonState(NamedTuple):
@@ -142,19 +134,13 @@ def scale_by_sophia(
     Model Pre-training" (ICLR 2024), arXiv:2305.14342.
     """
     who = "scale_by_sophia"
-    check_in_range(who, "b1", b1, 0.0, 1.0, high_open=True)
-    check_in_range(who, "b2", b2, 0.0, 1.0, high_open=True)
-    check_positive(who, "eps", eps)
-    check_positive(who, "gamma", gamma)
-    if clip_threshold is not None:
-        check_positive(who, "clip_threshold", clip_threshold)
+    tx = _sophia(
+        b1=b1, b2=b2, eps=eps, gamma=gamma, clip_threshold=clip_threshold, mu_dtype=mu_dtype
+    )
     check_int(who, "update_interval", update_interval, minimum=1)
     check_int(who, "print_win_rate_every_n_steps", print_win_rate_every_n_steps, minimum=0)
-    check_moment_dtype(who, "mu_dtype", mu_dtype)
     hess = (
-        hutchinson_estimator_diag_hessian()
-        if hessian_diagonal_fn is None
-        else (hessian_diagonal_fn)
+        hutchinson_estimator_diag_hessian() if hessian_diagonal_fn is None else hessian_diagonal_fn
     )
     if not (callable(getattr(hess, "init", None)) and callable(getattr(hess, "update", None))):
         raise TypeError(
@@ -164,35 +150,19 @@ def scale_by_sophia(
     hess_update = forward_extra_args(hess.update)
 
     def init(params):
-        return SophiaState(
-            count=zero_count(),
-            mu=moment_buffers(params, mu_dtype),
-            nu=zeros_like_params(params),
-            hessian_fn_state=hess.init(params),
-        )
+        return tx.init(params)._replace(hessian_fn_state=hess.init(params))
 
     def update(updates, state, params=None, **extra_args):
         params = require_params(who, params)
         assert_same_structure(who, updates=updates, params=params)
-        count = safe_increment(state.count)
-        c1 = bias_correction(b1, count)
-
-        def leaf(g, m, h):
-            m_buf, m_new = stored(ema(b1, widen(g), read(m)), m)
-            u = (m_new / c1) / jnp.maximum(gamma * widen(h), eps)
-            if clip_threshold is not None:
-                bound = jnp.asarray(clip_threshold)
-                u = jnp.clip(u, -bound, bound)
-            return u, m_buf
-
-        wide_updates, mu = map_split(leaf, 2, updates, state.mu, state.nu)
+        new_updates, new_state = tx.update(updates, state)  # count, mu; h_{t-1} as it was
         if verbose and clip_threshold is not None and print_win_rate_every_n_steps > 0:
             unclipped = sum(
-                jnp.sum(jnp.abs(u) < clip_threshold) for u in jax.tree.leaves(wide_updates)
+                jnp.sum(jnp.abs(u) < clip_threshold) for u in jax.tree.leaves(new_updates)
             )
-            win_rate = unclipped / max(size(wide_updates), 1)
+            win_rate = unclipped / max(size(new_updates), 1)
             jax.lax.cond(
-                count % print_win_rate_every_n_steps == 0,
+                new_state.count % print_win_rate_every_n_steps == 0,
                 lambda: jax.debug.print("Sophia optimizer win rate: {}", win_rate),
                 lambda: None,
             )
@@ -210,12 +180,44 @@ def scale_by_sophia(
             state.hessian_fn_state,
             state.nu,
         )
-        new_updates = jax.tree.map(lambda u, g: u.astype(g.dtype), wide_updates, updates)
-        return new_updates, SophiaState(
-            count=count, mu=mu, nu=nu, hessian_fn_state=hessian_fn_state
-        )
+        return new_updates, new_state._replace(nu=nu, hessian_fn_state=hessian_fn_state)
 
     return GradientTransformation(init, update)
+
+
+def _positive(who: str, name: str, value: Any) -> None:
+    if value is not None:  # clip_threshold: None, no clipping
+        check_positive(who, name, value)
+
+
+@rule(
+    "scale_by_sophia",
+    SophiaState,
+    slots={"mu": slot(dtype="mu_dtype"), "nu": slot()},
+    checks={
+        "b1": decay,
+        "b2": decay,
+        "eps": _positive,
+        "gamma": _positive,
+        "clip_threshold": _positive,
+    },
+    fields=lambda hp: {"hessian_fn_state": None},  # the estimator's, from the params (init)
+)
+def _sophia(t, *, b1, b2, eps, gamma, clip_threshold):
+    """The momentum step of one leaf over the Hessian estimate `nu`, which `scale_by_sophia`
+    updates after it every `update_interval` steps."""
+    del b2
+    c1 = bias_correction(b1, t)
+
+    def leaf(g, s):
+        m = s.keep("mu", ema(b1, g, s.mu))
+        u = (m / c1) / jnp.maximum(gamma * widen(s.nu), eps)
+        if clip_threshold is not None:
+            bound = jnp.asarray(clip_threshold)
+            u = jnp.clip(u, -bound, bound)
+        return u
+
+    return leaf
 
 
 @alias_errors(renamed={"weight_decay: rate": "weight_decay"})
