@@ -7,8 +7,9 @@ import jax.numpy as jnp
 
 from .._base._checks import alias_errors
 from .._base._numerics import abs_sq, bias_correction, widen
-from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
+from .._base._typing import ArrayLike, Mask, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
+from ..state._quantize import MomentDType
 from ..transforms._adam import CHECKS, MOMENTS
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._rule import non_negative, rule
@@ -39,8 +40,8 @@ def scale_by_acprop(
     eps: ArrayLike = 1e-16,
     eps_root: ArrayLike = 1e-16,
     *,
-    nu_dtype: Any = None,
-    mu_dtype: Any = None,
+    nu_dtype: MomentDType | None = None,
+    mu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""Rescale updates by ACProp: the gradient over the root of the *previous* centred second
     moment.
@@ -118,10 +119,10 @@ def acprop(
     eps: ArrayLike = 1e-16,
     eps_root: ArrayLike = 1e-16,
     weight_decay: ScalarOrSchedule = 0.0,
-    mask: Any = None,
+    mask: Mask | None = None,
     *,
-    nu_dtype: Any = None,
-    mu_dtype: Any = None,
+    nu_dtype: MomentDType | None = None,
+    mu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""ACProp: momentum centring and asynchronous update (an AdaBelief variant).
 

@@ -18,7 +18,7 @@ from .._base._checks import (
 from .._base._numerics import abs_sq, bias_correction, safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, MaskOrFn, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
-from ..state._quantize import as_leaves
+from ..state._quantize import MomentDType, as_leaves
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
 from ..transforms._tier import check_moment_dtype, ema, moment_buffers, read, stored
@@ -117,7 +117,7 @@ def scale_by_adam_mini(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.999,
     eps: ArrayLike = 1e-8,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     *,
     n_heads: int | None = None,
     n_kv_heads: int | None = None,
@@ -283,7 +283,7 @@ def adam_mini(
     eps: ArrayLike = 1e-8,
     weight_decay: ScalarOrSchedule = 0.1,
     mask: MaskOrFn | None = None,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     *,
     n_heads: int | None = None,
     n_kv_heads: int | None = None,

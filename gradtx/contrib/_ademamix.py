@@ -14,8 +14,9 @@ from .._base._numerics import (
     widen,
     zero_count,
 )
-from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
+from .._base._typing import ArrayLike, Mask, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
+from ..state._quantize import MomentDType
 from ..transforms._adam import CHECKS
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._rule import decay, non_negative, rule, slot
@@ -56,7 +57,7 @@ def scale_by_ademamix(
     alpha: ScalarOrSchedule = 6.0,
     eps: ArrayLike = 1e-8,
     eps_root: ArrayLike = 0.0,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""Rescale updates by AdEMAMix: Adam's bias-corrected fast momentum plus :math:`\alpha`
     times a slow, uncorrected momentum.
@@ -135,9 +136,9 @@ def ademamix(
     alpha: ScalarOrSchedule = 5.0,
     eps: ArrayLike = 1e-8,
     eps_root: ArrayLike = 0.0,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     weight_decay: ScalarOrSchedule = 0.0,
-    mask: Any = None,
+    mask: Mask | None = None,
 ) -> GradientTransformation:
     r"""AdEMAMix: AdamW with a mixture of a fast and a slow momentum.
 
@@ -253,7 +254,7 @@ def simplified_ademamix(
     eps: ArrayLike = 1e-8,
     eps_root: ArrayLike = 0.0,
     weight_decay: ScalarOrSchedule = 0.0,
-    mask: Any = None,
+    mask: Mask | None = None,
 ) -> GradientTransformation:
     r"""Simplified AdEMAMix: a single undamped momentum, mixed with the current gradient.
 

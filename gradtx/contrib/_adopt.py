@@ -1,7 +1,7 @@
 """ADOPT: Adam whose step is normalised by the second moment of the *previous* gradients."""
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -10,6 +10,7 @@ from .._base._checks import alias_errors
 from .._base._numerics import abs_sq, widen
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
+from ..state._quantize import MomentDType
 from ..transforms._rule import decay, non_negative, rule, slot
 from ..transforms._scaling import scale_by_learning_rate
 from ..transforms._tier import ema
@@ -31,12 +32,12 @@ def scale_by_adopt(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.9999,
     eps: ArrayLike = 1e-6,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     *,
     nesterov: bool = False,
     use_clipping: bool = True,
     clip_value_fn: Callable[[jax.Array], jax.Array] = _fourth_root,
-    nu_dtype: Any = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""Rescale updates by ADOPT: the gradient is normalised by the second moment of the *past*
     gradients before it enters the momentum.
@@ -121,12 +122,12 @@ def adopt(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.9999,
     eps: ArrayLike = 1e-6,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     *,
     nesterov: bool = False,
     use_clipping: bool = True,
     clip_value_fn: Callable[[jax.Array], jax.Array] = _fourth_root,
-    nu_dtype: Any = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""ADOPT: Adam that converges with any :math:`\beta_2`, by normalising each gradient with the
     second moment of the previous ones.

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from .._base._checks import alias_errors, check_non_negative, check_one_of
 from .._base._numerics import abs_sq, key_data
-from .._base._typing import ArrayLike, MaskOrFn, ScalarOrSchedule, Updates
+from .._base._typing import ArrayLike, DType, MaskOrFn, ScalarOrSchedule, Seed, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
@@ -70,9 +70,9 @@ def scale_by_apollo(
     *,
     scale_type: str = "channel",
     proj: str = "random",
-    seed: Any = 0,
+    seed: Seed = 0,
     weight_dimension_numbers: Any = None,
-    preconditioner_dtype: Any = jnp.float32,
+    preconditioner_dtype: DType = jnp.float32,
 ) -> GradientTransformation:
     r"""Rescale updates by APOLLO: the raw gradient times a per-channel learning-rate scale
     measured by Adam in a random projection.
@@ -183,9 +183,9 @@ def apollo(
     *,
     scale_type: str = "channel",
     proj: str = "random",
-    seed: Any = 0,
+    seed: Seed = 0,
     weight_dimension_numbers: Any = None,
-    preconditioner_dtype: Any = jnp.float32,
+    preconditioner_dtype: DType = jnp.float32,
 ) -> GradientTransformation:
     r"""APOLLO: SGD-like memory, AdamW-level performance (a random-projection Adam measuring a
     per-channel scale of the raw gradient), with decoupled weight decay.

@@ -17,9 +17,10 @@ from .._base._checks import (
 )
 from .._base._explicit import auto_partitioned
 from .._base._numerics import key_data, safe_increment, widen, zero_count
-from .._base._typing import ArrayLike, Params, ScalarOrSchedule, Updates
+from .._base._typing import ArrayLike, DType, Mask, Params, ScalarOrSchedule, Seed, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..state._buffers import check_float_dtype
+from ..state._quantize import MomentDType
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
 from ..transforms._tier import check_moment_dtype, moment_buffers, read, store
@@ -185,12 +186,12 @@ def scale_by_dion(
     rank_fraction: float = 1.0,
     mu: ArrayLike = 0.95,
     eps: ArrayLike = 1e-8,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     *,
     rank: int | None = None,
     rank_multiple_of: int = 1,
-    seed: Any = 0,
-    preconditioner_dtype: Any = jnp.float32,
+    seed: Seed = 0,
+    preconditioner_dtype: DType = jnp.float32,
     weight_dimension_numbers: DimensionNumbersOrFn = None,
 ) -> GradientTransformation:
     r"""Replace each matrix update by Dion's low-rank orthonormal direction.
@@ -315,13 +316,13 @@ def dion(
     mu: ArrayLike = 0.95,
     eps: ArrayLike = 1e-8,
     weight_decay: ArrayLike = 0.01,
-    weight_decay_mask: Any = None,
-    mu_dtype: Any = None,
+    weight_decay_mask: Mask | None = None,
+    mu_dtype: MomentDType | None = None,
     *,
     rank: int | None = None,
     rank_multiple_of: int = 1,
-    seed: Any = 0,
-    preconditioner_dtype: Any = jnp.float32,
+    seed: Seed = 0,
+    preconditioner_dtype: DType = jnp.float32,
     adam_b1: ArrayLike = 0.9,
     adam_b2: ArrayLike = 0.95,
     adam_eps_root: ArrayLike = 0.0,

@@ -7,11 +7,10 @@ their references do: Muon's follows its `nesterov` (as `optax.contrib.muon`), th
 plain AdamW (as their authors' code).
 """
 
-from typing import Any
-
 from .._base._checks import alias_errors
 from .._base._typing import ArrayLike, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, chain
+from ..state._quantize import MomentDType
 from ..transforms._adam import scale_by_adam
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
@@ -22,8 +21,8 @@ def adam_fallback(
     b2: ArrayLike,
     eps: ArrayLike,
     eps_root: ArrayLike,
-    mu_dtype: Any,
-    nu_dtype: Any,
+    mu_dtype: MomentDType | None,
+    nu_dtype: MomentDType | None,
     *,
     nesterov: bool,
 ) -> GradientTransformation:
@@ -56,8 +55,8 @@ def adamw_fallback(
     eps: ArrayLike,
     eps_root: ArrayLike,
     weight_decay: ScalarOrSchedule,
-    mu_dtype: Any,
-    nu_dtype: Any,
+    mu_dtype: MomentDType | None,
+    nu_dtype: MomentDType | None,
     *,
     nesterov: bool,
 ) -> GradientTransformation:

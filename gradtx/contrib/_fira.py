@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from .._base._checks import alias_errors, check_non_negative
 from .._base._explicit import auto_partitioned
-from .._base._typing import ArrayLike, MaskOrFn, ScalarOrSchedule, Updates
+from .._base._typing import ArrayLike, DType, MaskOrFn, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
@@ -36,7 +36,7 @@ def scale_by_fira(
     eps: ArrayLike = 1e-6,
     *,
     weight_dimension_numbers: Any = None,
-    preconditioner_dtype: Any = jnp.float32,
+    preconditioner_dtype: DType = jnp.float32,
 ) -> GradientTransformation:
     r"""Rescale updates by Fira: GaLore's low-rank Adam plus the scaled residual of the
     gradient outside the projection.
@@ -133,7 +133,7 @@ def fira(
     mask: MaskOrFn | None = None,
     *,
     weight_dimension_numbers: Any = None,
-    preconditioner_dtype: Any = jnp.float32,
+    preconditioner_dtype: DType = jnp.float32,
 ) -> GradientTransformation:
     r"""Fira: full-rank training under a low-rank memory budget (GaLore's low-rank Adam plus a
     scaled residual), with decoupled weight decay.

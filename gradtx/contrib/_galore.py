@@ -16,7 +16,7 @@ from .. import tree as gtree
 from .._base._checks import alias_errors, check_in_range, check_int, check_non_negative
 from .._base._explicit import auto_partitioned
 from .._base._numerics import abs_sq, cond, safe_increment, widen, zero_count
-from .._base._typing import ArrayLike, OptState, ScalarOrSchedule, Updates
+from .._base._typing import ArrayLike, Mask, OptState, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..transforms._adam import scale_by_adam
 from ..transforms._decay import weight_decay as weight_decay_tx
@@ -382,7 +382,7 @@ def galore(
     scale: float = 1.0,
     base_optimizer: GradientTransformation | None = None,
     weight_decay: Any = 0.0,
-    mask: Any = None,
+    mask: Mask | None = None,
     weight_dimension_numbers: Any = None,
 ) -> GradientTransformation:
     r"""GaLore: memory-efficient training by projecting the gradients of matrices to low rank.

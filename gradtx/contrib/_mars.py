@@ -12,6 +12,7 @@ from .._base._checks import alias_errors, check_non_negative, check_one_of
 from .._base._numerics import abs_sq, bias_correction, widen
 from .._base._typing import ArrayLike, MaskOrFn, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
+from ..state._quantize import MomentDType
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._rule import decay, non_negative, rule, slot
 from ..transforms._scaling import scale_by_learning_rate
@@ -47,10 +48,10 @@ def scale_by_mars(
     b2: ArrayLike = 0.99,
     gamma: ArrayLike = 0.025,
     eps: ArrayLike = 1e-8,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     *,
     mars_type: str = "adamw",
-    nu_dtype: Any = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""Rescale updates by MARS: a variance-reduced gradient, clipped to unit norm per leaf,
     preconditioned by Adam (or Lion's sign).
@@ -178,7 +179,7 @@ def mars(
     b2: ArrayLike = 0.99,
     gamma: ArrayLike = 0.025,
     eps: ArrayLike = 1e-8,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     weight_decay: ScalarOrSchedule = 0.0,
     mask: MaskOrFn | None = None,
     *,
@@ -188,7 +189,7 @@ def mars(
     adam_b2: ArrayLike = 0.95,
     adam_weight_decay: ScalarOrSchedule = 0.1,
     adam_learning_rate: ScalarOrSchedule | None = None,
-    nu_dtype: Any = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""MARS: AdamW (or Lion) on a clipped, variance-reduced gradient for the matrices, AdamW
     for the vectors and scalars.

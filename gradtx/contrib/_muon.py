@@ -19,8 +19,9 @@ from .._base._checks import (
 )
 from .._base._explicit import auto_partitioned
 from .._base._numerics import bias_correction, safe_increment, widen, zero_count
-from .._base._typing import ArrayLike, Params, ScalarOrSchedule, Updates
+from .._base._typing import ArrayLike, Mask, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
+from ..state._quantize import MomentDType
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
 from ..transforms._tier import check_moment_dtype, ema, moment_buffers, read, stateless, store
@@ -193,7 +194,7 @@ def scale_by_muon(
     ns_steps: int = 5,
     beta: ArrayLike = 0.95,
     eps: ArrayLike = 1e-8,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     *,
     nesterov: bool = True,
     adaptive: bool = False,
@@ -341,8 +342,8 @@ def muon(
     beta: ArrayLike = 0.95,
     eps: ArrayLike = 1e-8,
     weight_decay: ArrayLike = 0.0,
-    weight_decay_mask: Any = None,
-    mu_dtype: Any = None,
+    weight_decay_mask: Mask | None = None,
+    mu_dtype: MomentDType | None = None,
     *,
     nesterov: bool = True,
     adaptive: bool = False,

@@ -16,8 +16,9 @@ from .._base._checks import (
 )
 from .._base._explicit import auto_partitioned
 from .._base._numerics import safe_increment, widen, zero_count
-from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
+from .._base._typing import ArrayLike, DType, Mask, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain, identity
+from ..state._quantize import MomentDType
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
 from ..transforms._tier import (
@@ -132,13 +133,13 @@ def scale_by_normuon(
     beta: ArrayLike = 0.95,
     b2: ArrayLike = 0.95,
     eps: ArrayLike = 1e-8,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     *,
     nesterov: bool = True,
     update_scale: str = "match_rms",
     target_rms: ArrayLike = 0.2,
     preconditioning: str = "frobenius",
-    preconditioner_dtype: Any = jnp.float32,
+    preconditioner_dtype: DType = jnp.float32,
     weight_dimension_numbers: DimensionNumbersOrFn = None,
 ) -> GradientTransformation:
     r"""Orthogonalise each matrix's momentum (Muon), normalise it per output neuron by a running
@@ -284,14 +285,14 @@ def normuon(
     b2: ArrayLike = 0.95,
     eps: ArrayLike = 1e-8,
     weight_decay: ArrayLike = 0.0,
-    weight_decay_mask: Any = None,
-    mu_dtype: Any = None,
+    weight_decay_mask: Mask | None = None,
+    mu_dtype: MomentDType | None = None,
     *,
     nesterov: bool = True,
     update_scale: str = "match_rms",
     target_rms: ArrayLike = 0.2,
     preconditioning: str = "frobenius",
-    preconditioner_dtype: Any = jnp.float32,
+    preconditioner_dtype: DType = jnp.float32,
     consistent_rms: ArrayLike | None = None,
     adam_b1: ArrayLike = 0.9,
     adam_b2: ArrayLike = 0.95,

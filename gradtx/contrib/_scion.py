@@ -19,8 +19,9 @@ from .._base._checks import (
 )
 from .._base._explicit import auto_partitioned
 from .._base._numerics import safe_increment, widen, zero_count
-from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
+from .._base._typing import ArrayLike, Mask, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
+from ..state._quantize import MomentDType
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
 from ..transforms._tier import check_moment_dtype, ema, moment_buffers, read, store
@@ -110,7 +111,7 @@ def scale_by_scion(
     beta: ArrayLike = 0.9,
     radius: Any = 1.0,
     eps: ArrayLike = 1e-8,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     *,
     norm: Any = "auto",
     ns_coeffs: Any = _DEFAULT_NS_COEFFS,
@@ -286,8 +287,8 @@ def scion(
     radius: Any = 1.0,
     eps: ArrayLike = 1e-8,
     weight_decay: ArrayLike = 0.0,
-    weight_decay_mask: Any = None,
-    mu_dtype: Any = None,
+    weight_decay_mask: Mask | None = None,
+    mu_dtype: MomentDType | None = None,
     *,
     norm: Any = "auto",
     constraint: bool = False,

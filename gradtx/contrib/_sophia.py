@@ -7,8 +7,9 @@ import jax.numpy as jnp
 
 from .._base._checks import alias_errors, check_int, check_positive
 from .._base._numerics import bias_correction, cond, key_data, widen
-from .._base._typing import ArrayLike, OptState, ScalarOrSchedule, Updates
+from .._base._typing import ArrayLike, Mask, OptState, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain, forward_extra_args
+from ..state._quantize import MomentDType
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._rule import decay, rule, slot
 from ..transforms._scaling import scale_by_learning_rate
@@ -92,7 +93,7 @@ def scale_by_sophia(
     clip_threshold: ArrayLike | None = 1.0,
     update_interval: int = 10,
     hessian_diagonal_fn: GradientTransformation | None = None,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     verbose: bool = False,
     print_win_rate_every_n_steps: int = 0,
 ) -> GradientTransformation:
@@ -227,12 +228,12 @@ def sophia(
     b2: ArrayLike = 0.99,
     eps: ArrayLike = 1e-8,
     weight_decay: ScalarOrSchedule = 1e-4,
-    weight_decay_mask: Any = None,
+    weight_decay_mask: Mask | None = None,
     gamma: ArrayLike = 0.01,
     clip_threshold: ArrayLike | None = 1.0,
     update_interval: int = 10,
     hessian_diagonal_fn: GradientTransformation | None = None,
-    mu_dtype: Any = None,
+    mu_dtype: MomentDType | None = None,
     verbose: bool = False,
     print_win_rate_every_n_steps: int = 0,
 ) -> GradientTransformation:

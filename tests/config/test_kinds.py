@@ -20,32 +20,19 @@ def _catalog_factories():
     return [(s.kind, f"{s.prefix}{name}", fn) for s, name, fn in _catalog.entries()]
 
 
-# Arguments annotated `Any` in files another change owns (issue 46): their kinds are their names'
-# (`_catalog.by_name`) until those files annotate them. The list may only shrink.
+# Arguments still annotated `Any`, for which no type alias says their kind yet (dimension numbers,
+# Newton-Schulz coefficients, scion's per-leaf norms and radii, weight decays that take per-leaf
+# trees, Sophia's optional seed): their kinds are their names' (`_catalog.by_name`). The list may
+# only shrink.
 STILL_ANY = {
-    "contrib.acprop": {"mask", "mu_dtype", "nu_dtype"},
-    "contrib.adam_mini": {"mu_dtype"},
-    "contrib.ademamix": {"mask", "mu_dtype"},
-    "contrib.adopt": {"mu_dtype", "nu_dtype"},
-    "contrib.apollo": {"preconditioner_dtype", "seed", "weight_dimension_numbers"},
-    "contrib.dion": {"mu_dtype", "preconditioner_dtype", "seed", "weight_decay_mask"},
-    "contrib.fira": {"preconditioner_dtype", "weight_dimension_numbers"},
-    "contrib.galore": {"mask", "weight_decay", "weight_dimension_numbers"},
+    "contrib.apollo": {"weight_dimension_numbers"},
+    "contrib.dion": {"weight_decay"},
+    "contrib.fira": {"weight_dimension_numbers"},
+    "contrib.galore": {"weight_decay", "weight_dimension_numbers"},
     "contrib.hutchinson_estimator_diag_hessian": {"random_seed"},
-    "contrib.mars": {"mu_dtype", "nu_dtype"},
-    "contrib.muon": {"mu_dtype", "ns_coeffs", "weight_decay_mask"},
-    "contrib.normuon": {"mu_dtype", "ns_coeffs", "preconditioner_dtype", "weight_decay_mask"},
-    "contrib.scion": {
-        "gluon_l0",
-        "gluon_l1",
-        "mu_dtype",
-        "norm",
-        "ns_coeffs",
-        "radius",
-        "weight_decay_mask",
-    },
-    "contrib.simplified_ademamix": {"mask"},
-    "contrib.sophia": {"mu_dtype", "weight_decay_mask"},
+    "contrib.muon": {"ns_coeffs"},
+    "contrib.normuon": {"ns_coeffs"},
+    "contrib.scion": {"gluon_l0", "gluon_l1", "norm", "ns_coeffs", "radius"},
 }
 
 
