@@ -101,10 +101,15 @@ def adam_step_size(b1: ArrayLike, b2: ArrayLike, count: ArrayLike) -> jax.Array:
     return jnp.sqrt(bias_correction(b2, count)) / bias_correction(b1, count)
 
 
-def safe_divide(numerator: jax.Array, denominator: jax.Array) -> jax.Array:
-    """`numerator / denominator`, and 0 where the denominator is 0 (0/0 -> 0, no NaN)."""
-    nonzero = denominator != 0
-    return jnp.where(nonzero, numerator / jnp.where(nonzero, denominator, 1.0), 0.0)
+def safe_divide(numerator: ArrayLike, denominator: ArrayLike, *, positive: bool = False) -> Any:
+    """`numerator / denominator`, and 0 where the denominator is 0 (0/0 -> 0, no NaN), or with
+    `positive` where it is <= 0 (a running sum that has measured nothing yet: Optax divides
+    unconditionally, so a first all-zero gradient gives 0 / 0 = NaN and every later update NaN).
+    Only the guarded denominators give 0: a NaN or infinite one gives `numerator / denominator`,
+    so a non-finite value stays visible."""
+    numerator, denominator = jnp.asarray(numerator), jnp.asarray(denominator)
+    ok = denominator > 0 if positive else denominator != 0
+    return jnp.where(ok, numerator / jnp.where(ok, denominator, 1.0), 0.0)
 
 
 def _norm_sq(x: jax.Array, axis=None, keepdims: bool = False) -> jax.Array:

@@ -21,8 +21,8 @@ from ..transforms._adam import CHECKS
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._rule import decay, non_negative, rule, slot
 from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import as_stored, ema, zeros_like_params
-from ..tree import assert_same_structure, map_split
+from ..transforms._tier import as_stored, ema
+from ..tree import assert_same_structure, map_split, zeros_like
 
 
 class ScaleByAdemamixState(NamedTuple):
@@ -221,7 +221,7 @@ def scale_by_simplified_ademamix(
 
     def init(params):
         return ScaleBySimplifiedAdEMAMixState(
-            t=zero_count(), m=zeros_like_params(params), n=zeros_like_params(params)
+            t=zero_count(), m=zeros_like(params), n=zeros_like(params)
         )
 
     def update(updates, state, params=None, **extra_args):

@@ -6,14 +6,13 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import alias_errors, check_non_negative, error_context
-from .._base._numerics import widen
+from .._base._numerics import safe_divide, widen
 from .._base._typing import ArrayLike, Mask, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, chain
 from ..state._quantize import MomentDType
 from ..transforms._adam import scale_by_adam
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import safe_ratio
 from ..wrappers._common import register_wrapper
 
 
@@ -28,7 +27,7 @@ def _cautious_leaf(u: Any, g: Any, offset: ArrayLike, descent: bool) -> Any:
     agreement = jnp.real(uw * jnp.conj(gw))  # Re(conj(g) u): the elementwise inner product
     keep = agreement < 0 if descent else agreement > 0
     mask = keep.astype(agreement.dtype)
-    scale = safe_ratio(jnp.asarray(mask.size, mask.dtype), jnp.sum(mask) + offset)
+    scale = safe_divide(jnp.asarray(mask.size, mask.dtype), jnp.sum(mask) + offset, positive=True)
     return (uw * (mask * scale)).astype(u.dtype)
 
 

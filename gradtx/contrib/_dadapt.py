@@ -8,10 +8,9 @@ import jax.numpy as jnp
 
 from .. import tree as gtree
 from .._base._checks import alias_errors, check_non_negative, check_positive
-from .._base._numerics import widen
+from .._base._numerics import safe_divide, widen
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation
-from ..transforms._tier import safe_ratio
 from ..tree._math import real_vdot
 from ._prodigy import adamw_updates, check_betas, d_adapted, d_adapted_fields, d_adapted_step
 
@@ -121,7 +120,7 @@ def dadapt_adamw(
         )
         grad_sum_l1 = jnp.asarray(gtree.norm(grad_sum, ord=1), dtype)
         numerator = sb2 * state.numerator_weighted + (1 - sb2) * dlr * numerator_acum
-        estimate = safe_ratio(numerator, (1 - sb2) * grad_sum_l1)
+        estimate = safe_divide(numerator, (1 - sb2) * grad_sum_l1, positive=True)
         new_d = jnp.maximum(state.estim_lr, estimate).astype(dtype)
 
         new_updates = adamw_updates(

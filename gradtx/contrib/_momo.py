@@ -14,8 +14,8 @@ from .._base._introspect import register
 from .._base._numerics import abs_sq, last_used, safe_increment, value_at, widen, zero_count
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, require_params
-from ..transforms._tier import ema, loss_value_in, scalar_dtype, zeros_like_params
-from ..tree import assert_same_structure, map_split, norm
+from ..transforms._tier import ema, loss_value_in, scalar_dtype
+from ..tree import assert_same_structure, map_split, norm, zeros_like
 from ..tree._math import real_vdot as vdot
 
 # Optax's "no step" threshold on the squared norm of the momentum: float64's epsilon.
@@ -126,7 +126,7 @@ def momo(
     def init(params):
         dtype = scalar_dtype(params)
         return MomoState(
-            exp_avg=zeros_like_params(params),
+            exp_avg=zeros_like(params),
             barf=jnp.zeros([], dtype),
             gamma=jnp.zeros([], dtype),
             lb=jnp.array(lower_bound, dtype),
@@ -231,8 +231,8 @@ def momo_adam(
     def init(params):
         dtype = scalar_dtype(params)
         return MomoAdamState(
-            exp_avg=zeros_like_params(params),
-            exp_avg_sq=zeros_like_params(params),
+            exp_avg=zeros_like(params),
+            exp_avg_sq=zeros_like(params),
             barf=jnp.zeros([], dtype),
             gamma=jnp.zeros([], dtype),
             lb=jnp.array(lower_bound, dtype),

@@ -15,7 +15,7 @@ from .._base._checks import (
     check_one_of,
 )
 from .._base._explicit import auto_partitioned
-from .._base._numerics import safe_increment, widen, zero_count
+from .._base._numerics import safe_divide, safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, DType, Mask, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain, identity
 from ..state._quantize import MomentDType
@@ -100,19 +100,11 @@ def from_matrices(m: jax.Array, view: MatrixView, shape: tuple[int, ...]) -> jax
     return untranspose(m, view.order, shape)
 
 
-def _safe_div(x: jax.Array, d: jax.Array) -> jax.Array:
-    """`x / d`, 0 where `d` is 0 (all-zero updates stay 0 even with eps = 0). Only an exact 0
-    is guarded: a NaN or infinite `d` (from a non-finite gradient) gives `x / d`, so the
-    non-finite value reaches the update instead of becoming a silent 0."""
-    zero = d == 0
-    return jnp.where(zero, 0.0, x / jnp.where(zero, 1.0, d))
-
-
 def unit_peak(x: jax.Array) -> jax.Array:
     """Each matrix of a stack (B, m, n) divided by its largest magnitude (0 stays 0): the same
     direction, with squares that neither overflow (huge values) nor underflow (tiny ones)."""
     peak = jnp.max(jnp.abs(x), axis=(-2, -1), keepdims=True)
-    return _safe_div(x, peak)
+    return safe_divide(x, peak)
 
 
 def _frobenius(x: jax.Array) -> jax.Array:
@@ -249,14 +241,14 @@ def scale_by_normuon(
             o = _orthogonalize(x, table, preconditioning, jnp.maximum(eps, _TINY))
             row_ms = jnp.mean(jnp.square(o), axis=-2)  # (B, fan_out): one per neuron
             v_buf, v32 = stored(ema(b2, row_ms, widen(v).reshape(row_ms.shape)).reshape(v.shape), v)
-            o_hat = _safe_div(o, jnp.sqrt(v32.reshape(row_ms.shape))[:, None, :] + eps)
+            o_hat = safe_divide(o, jnp.sqrt(v32.reshape(row_ms.shape))[:, None, :] + eps)
             norm_hat = _frobenius(o_hat) + eps
             scale: Any
             if match_rms:
                 scale = target_rms * math.sqrt(view.fan_in * view.fan_out)
             else:
                 scale = _frobenius(o)
-            u = from_matrices(_safe_div(scale * o_hat, norm_hat), view, g.shape)
+            u = from_matrices(safe_divide(scale * o_hat, norm_hat), view, g.shape)
             new_updates.append(u.astype(g.dtype))
             new_mu.append(store(m32, m))
             new_nu.append(v_buf)

@@ -8,18 +8,16 @@ import jax.numpy as jnp
 from .. import tree as gtree
 from .._base._checks import alias_errors, check_in_range, check_non_negative, check_positive
 from .._base._introspect import register
-from .._base._numerics import last_used, safe_increment, value_at, widen, zero_count
+from .._base._numerics import last_used, safe_divide, safe_increment, value_at, widen, zero_count
 from .._base._typing import ArrayLike, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, require_params
 from ..transforms._tier import (
     adam_step_size,
     copy_params,
     ema,
-    safe_ratio,
     scalar_dtype,
-    zeros_like_params,
 )
-from ..tree._math import real_vdot
+from ..tree._math import real_vdot, zeros_like
 
 
 class ProdigyState(NamedTuple):
@@ -49,9 +47,9 @@ def d_adapted_fields(params: Params, estim_lr0: ArrayLike) -> dict[str, Any]:
     zero count."""
     dtype = scalar_dtype(params)
     return {
-        "exp_avg": zeros_like_params(params),
-        "exp_avg_sq": zeros_like_params(params),
-        "grad_sum": zeros_like_params(params),
+        "exp_avg": zeros_like(params),
+        "exp_avg_sq": zeros_like(params),
+        "grad_sum": zeros_like(params),
         "estim_lr": jnp.asarray(estim_lr0, dtype),
         "numerator_weighted": jnp.zeros([], dtype),
         "count": zero_count(),
@@ -215,7 +213,7 @@ def prodigy(
             moments, 3, updates, state.exp_avg, state.exp_avg_sq, state.grad_sum
         )
         denominator = gtree.norm(grad_sum, ord=1).astype(dtype)
-        estimate = estim_lr_coef * safe_ratio(numerator, denominator)
+        estimate = estim_lr_coef * safe_divide(numerator, denominator, positive=True)
         new_d = jnp.maximum(d, estimate).astype(dtype)
 
         new_updates = adamw_updates(

@@ -18,7 +18,7 @@ from .._base._checks import (
     concrete,
 )
 from .._base._explicit import auto_partitioned
-from .._base._numerics import safe_increment, widen, zero_count
+from .._base._numerics import safe_divide, safe_increment, widen, zero_count
 from .._base._typing import ArrayLike, Mask, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..state._quantize import MomentDType
@@ -30,7 +30,7 @@ from ..wrappers._partition import multi_transform
 from ._dimension_numbers import per_leaf_dimension_numbers
 from ._fallback import adamw_fallback
 from ._muon import _DEFAULT_NS_COEFFS, DimensionNumbersOrFn, _coefficient_table, _orthogonalize
-from ._normuon import _TINY, _safe_div, from_matrices, matrix_view, to_matrices, unit_peak
+from ._normuon import _TINY, from_matrices, matrix_view, to_matrices, unit_peak
 
 #: The LMO norms (pytorch_optimizer's `LMONorm` names, snake case); "auto" picks by rank.
 SCION_NORMS = ("auto", "spectral", "spectral_conv", "sign", "col", "row", "bias_rms", "none")
@@ -72,7 +72,7 @@ def _lmo_step(who, norm, d, dims, table, eps, scale):
             s = jnp.sign(d)
         else:
             y = unit_peak(d.reshape(1, 1, -1)).reshape(d.shape)
-            s = _safe_div(y, jnp.sqrt(jnp.mean(jnp.square(y))) + eps) if d.size else d
+            s = safe_divide(y, jnp.sqrt(jnp.mean(jnp.square(y))) + eps) if d.size else d
         return scale(s, jnp.sum(d * s))
     view = matrix_view(
         who,
@@ -94,9 +94,9 @@ def _lmo_step(who, norm, d, dims, table, eps, scale):
     elif norm == "sign":
         s = jnp.sign(x) / fin
     elif norm == "col":  # each input's outgoing weights (a row of x) to norm sqrt(fan_out)
-        s = _safe_div(y, jnp.sqrt(jnp.sum(jnp.square(y), axis=-1, keepdims=True) / fout) + eps)
+        s = safe_divide(y, jnp.sqrt(jnp.sum(jnp.square(y), axis=-1, keepdims=True) / fout) + eps)
     else:  # "row": each neuron's incoming weights (a column of x) to norm 1 / sqrt(fan_in)
-        s = _safe_div(y, jnp.sqrt(jnp.sum(jnp.square(y), axis=-2, keepdims=True) * fin) + eps)
+        s = safe_divide(y, jnp.sqrt(jnp.sum(jnp.square(y), axis=-2, keepdims=True) * fin) + eps)
     dual = jnp.sum(x * s, axis=(-2, -1), keepdims=True)
     return from_matrices(scale(s, dual), view, d.shape)
 
@@ -227,7 +227,7 @@ def scale_by_scion(
             def scale(s, dual, rho=rho, l0=l0, l1=l1):
                 if not gluon:
                     return rho * s
-                return rho * _safe_div(dual, l0 + l1 * dual) * s
+                return rho * safe_divide(dual, l0 + l1 * dual) * s
 
             u = _lmo_step(who, _leaf_norm(n, g.ndim), m32, d, table, eps, scale)
             new_updates.append(u.astype(g.dtype))

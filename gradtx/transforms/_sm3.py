@@ -11,8 +11,8 @@ import jax.numpy as jnp
 from .._base._checks import check_in_range, check_non_negative
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation
-from ..tree import assert_same_structure
-from ._tier import ema, stored, widen, zeros_like_params
+from ..tree import assert_same_structure, zeros_like
+from ._tier import ema, stored, widen
 
 
 class ScaleBySM3State(NamedTuple):
@@ -71,9 +71,7 @@ def scale_by_sm3(
         for x in jax.tree.leaves(params):
             if jnp.issubdtype(x.dtype, jnp.complexfloating):
                 raise ValueError(f"{who}: complex parameters are not supported, got {x.dtype}")
-        return ScaleBySM3State(
-            mu=jax.tree.map(_axis_accumulators, params), nu=zeros_like_params(params)
-        )
+        return ScaleBySM3State(mu=jax.tree.map(_axis_accumulators, params), nu=zeros_like(params))
 
     def leaf(g, accumulators, u_prev):
         gw = widen(g)

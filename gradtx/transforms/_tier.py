@@ -1,4 +1,4 @@
-r"""The moment tier: the per-leaf building blocks that every transformation is written with.
+r"""The per-leaf building blocks that transformations are written with, in one place.
 
 One home for what the update rules do again and again, so that each is written (and tested) once:
 
@@ -9,14 +9,15 @@ One home for what the update rules do again and again, so that each is written (
 - `moment_buffers(...)`: a moment buffer like the params, a plain array of any float dtype or
   block-wise 8-bit for a `gradtx.quantized()` spec; `read` / `store` / `stored` / `as_stored`
   dispatch on it (`gradtx.state._buffers`);
-- `zeros_like_params` / `copy_params`: fresh buffers from params or `jax.ShapeDtypeStruct`s
-  (a copy shares no buffer with the params, so both can be donated);
+- `copy_params`: a fresh copy of the params (or zeros for `jax.ShapeDtypeStruct`s) that shares
+  no buffer with them, so both can be donated (zeros: `gradtx.tree.zeros_like`);
 - `scalar_dtype(params)`: the dtype of a method's scalar statistics (float32, float64 for
   float64 params);
 - `loss_value(who, extra_args)`: the one reader of the loss passed as `value=`;
 - `stateless` / `stateless_with_params` / `stateless_with_extra_args` (for rules that read an
   extra argument such as the loss): stateless pairs;
-- `safe_ratio(numerator, denominator)`: 0 where the denominator is 0 (no NaN from 0 / 0).
+- the arithmetic helpers of `gradtx._base._numerics` (`ema`, `bias_correction`, `safe_divide`,
+  ...), re-exported.
 
 Internal (public inside the package): transformations import these from here, never from each
 other.
@@ -72,11 +73,6 @@ def moment_buffers(
     return full_like(params, fill_value, dtype)
 
 
-def zeros_like_params(params: Params, dtype: Any = None) -> Any:
-    """Zero buffers like `params` (arrays or `jax.ShapeDtypeStruct`s), of `dtype` or each leaf's."""
-    return full_like(params, 0.0, dtype)
-
-
 def _copy_leaf(x: Any, dtype: Any) -> jax.Array:
     if isinstance(x, jax.ShapeDtypeStruct):  # shapes only (abstract init): no values to copy
         return jnp.zeros(x.shape, dtype or x.dtype, device=getattr(x, "sharding", None))
@@ -95,17 +91,6 @@ def scalar_dtype(params: Params) -> jnp.dtype:
     return wide_float(*(jnp.result_type(x) for x in jax.tree.leaves(params)))
 
 
-def safe_ratio(numerator: ArrayLike, denominator: ArrayLike) -> jax.Array:
-    """`numerator / denominator`, or 0 where the denominator is <= 0 (nothing measured yet).
-
-    Parameter-free methods divide running sums that start at 0: Optax divides unconditionally,
-    so a first step with all-zero gradients gives 0 / 0 = NaN and every later update NaN.
-    """
-    numerator, denominator = jnp.asarray(numerator), jnp.asarray(denominator)
-    positive = denominator > 0
-    return jnp.where(positive, numerator / jnp.where(positive, denominator, 1.0), 0.0)
-
-
 __all__ = [
     "abs_sq",
     "adam_step_size",
@@ -122,7 +107,6 @@ __all__ = [
     "require_params",
     "safe_divide",
     "safe_increment",
-    "safe_ratio",
     "scalar_dtype",
     "stateless",
     "stateless_with_extra_args",
@@ -133,7 +117,6 @@ __all__ = [
     "wide_float",
     "widen",
     "zero_count",
-    "zeros_like_params",
 ]
 
 

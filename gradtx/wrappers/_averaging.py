@@ -17,10 +17,9 @@ from ..transforms._tier import (
     safe_increment,
     widen,
     zero_count,
-    zeros_like_params,
 )
 from ..transforms._tier import ema as _ema
-from ..tree import assert_same_structure, map_split
+from ..tree import assert_same_structure, map_split, zeros_like
 from ._common import register_wrapper
 
 
@@ -63,7 +62,7 @@ def ema_params(
     check_in_range(who, "decay", decay, 0.0, 1.0, high_open=True)
 
     def init(params):
-        return EmaParamsState(count=zero_count(), ema=zeros_like_params(params, dtype))
+        return EmaParamsState(count=zero_count(), ema=zeros_like(params, dtype))
 
     def update(updates, state, params=None, **extra_args):
         del extra_args

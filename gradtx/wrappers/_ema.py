@@ -18,10 +18,9 @@ from ..transforms._tier import (
     stateless,
     widen,
     zero_count,
-    zeros_like_params,
 )
 from ..transforms._tier import ema as _ema
-from ..tree import assert_same_structure, map_split
+from ..tree import assert_same_structure, map_split, zeros_like
 
 
 class EmaState(NamedTuple):
@@ -48,7 +47,7 @@ def _zeros(tree: PyTree, accumulator_dtype: Any) -> PyTree:
     def leaf(x):
         if not isinstance(x, jax.ShapeDtypeStruct):
             x = jnp.asarray(x)
-        return zeros_like_params(x, _buffer_dtype(x, accumulator_dtype))
+        return zeros_like(x, _buffer_dtype(x, accumulator_dtype))
 
     return jax.tree.map(leaf, tree)
 
