@@ -264,3 +264,14 @@ def test_incremental_update_errors():
         core.incremental_update({"a": 1.0}, {"a": 0.0}, 1.5)
     with pytest.raises(ValueError, match=r"incremental_update.*'b'"):
         core.incremental_update({"a": jnp.ones(1)}, {"b": jnp.ones(1)}, 0.5)
+
+
+def test_an_eager_adamw_update_stays_shallow():
+    # Issue 46's targets for the path of one optimizer step (counts, not times; Optax: 14
+    # functions, 7 files, 6 deep): python -m benchmarks.code_shape prints them.
+    from benchmarks.code_shape import adamw_trace
+
+    trace = adamw_trace()
+    assert trace["functions"] <= 20, trace
+    assert len(trace["files"]) <= 6, trace
+    assert trace["depth"] <= 6, trace

@@ -198,7 +198,9 @@ def _numeric_variants(case: OptCase):
     lr = case.kwargs.get("learning_rate", defaults.get("learning_rate"))
     if isinstance(lr, float) and case.name not in NO_LEARNING_RATE_SCHEDULE:
         schedule = lambda t: lr / (1 + t)
-        yield "learning_rate=schedule", [{**case.kwargs, "learning_rate": schedule}]
+        # a schedule carries its own warm-up: schedule_free refuses one with `warmup_steps`
+        warmup = {"warmup_steps": None} if "warmup_steps" in case.kwargs else {}
+        yield "learning_rate=schedule", [{**case.kwargs, "learning_rate": schedule, **warmup}]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
