@@ -21,7 +21,7 @@ from .._base._numerics import widen
 from .._base._typing import ArrayLike, DType, Updates
 from ..core._transformation import GradientTransformation
 from ..state._buffers import check_float_dtype
-from . import _rule
+from ._rule import Rule, slot
 
 
 class ElementwiseState(NamedTuple):
@@ -164,13 +164,18 @@ def elementwise(
         return leaf
 
     options = {n: f"slot_dtype[{n!r}]" for n in names}
-    declared = _rule.rule(
+    declared = Rule(
+        custom,
         who,
         ElementwiseState,
-        slots={n: _rule.slot(init_values[n], options[n], quantizable=False) for n in names},
+        {n: slot(init_values[n], options[n], quantizable=False) for n in names},
+        checks={},
+        schedules=(),
         uses_params=uses_params,
         elementwise=False,
-    )(custom)
+        prologue=None,
+        fields=None,
+    )
     return declared(**{options[n]: dtypes[n] for n in names})
 
 
