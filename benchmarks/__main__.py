@@ -52,6 +52,13 @@ def main(argv: list[str] | None = None) -> int:
         "located apply_if_finite in an MLP training step)",
     )
     parser.add_argument(
+        "--population",
+        action="store_true",
+        help="run only the population benchmark (64 adamw members in one vmapped program vs 64 "
+        "sequential runs, vs 64 separately compiled runs end to end, vs Optax's vmapped "
+        "inject_hyperparams)",
+    )
+    parser.add_argument(
         "--quality",
         action="store_true",
         help="run only the training-quality benchmark (matrix optimizers and the 2025 "
@@ -153,6 +160,12 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
         return quality_main(
             quick=args.quick, out=args.out, names=args.optimizer, log=lambda s: print(s, flush=True)
+        )
+    if args.population:
+        from .population import main as population_main
+
+        return population_main(
+            quick=args.quick, out=args.out, rounds=args.repeats, log=lambda s: print(s, flush=True)
         )
     if args.health:
         from .health import main as health_main

@@ -11,8 +11,6 @@ gradtx's, and plain gradtx's to Optax's.
 from __future__ import annotations
 
 import itertools
-import json
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .harness import Budget, Stats, interleaved, machine_facts, paired_ratio
+from .report import write_result
 
 FULL = {"widths": (512, 1024, 1024, 1024, 1024, 512, 10), "batch": 256}
 QUICK = {"widths": (32, 64, 64, 10), "batch": 16}
@@ -175,11 +174,5 @@ def markdown(result: dict[str, Any]) -> str:
 
 def main(quick: bool, out: str, rounds: int | None, log: Callable[[str], None]) -> int:
     result = run(quick, rounds, log)
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "health.json"), "w") as f:
-        json.dump(result, f, indent=2)
-    text = markdown(result)
-    with open(os.path.join(out, "health.md"), "w") as f:
-        f.write(text + "\n")
-    print(text)
+    write_result(result, markdown(result), out, "health")
     return 0

@@ -22,7 +22,6 @@ biases) going to its fallback.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
@@ -33,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .harness import machine_facts
+from .report import write_result
 from .workloads import state_bytes
 
 FULL = {"steps": 600, "batch": 32, "context": 64, "width": 64, "layers": 2, "heads": 4}
@@ -487,12 +487,6 @@ def write_png(result: dict[str, Any], path: str) -> bool:
 
 def main(quick: bool, out: str, names: list[str] | None, log: Callable[[str], None]) -> int:
     result = run(quick, names, log)
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "quality.json"), "w") as f:
-        json.dump(result, f, indent=2)
-    text = markdown(result)
-    with open(os.path.join(out, "quality.md"), "w") as f:
-        f.write(text + "\n")
+    write_result(result, markdown(result), out, "quality")
     write_png(result, os.path.join(out, "quality.png"))
-    print(text)
     return 0

@@ -190,3 +190,14 @@ def write_all(run: dict[str, Any], out_dir: str) -> dict[str, str]:
     if write_png(run, png):
         paths["png"] = png
     return paths
+
+
+def write_result(result: dict[str, Any], text: str, out_dir: str, name: str) -> None:
+    """Write a benchmark's `result` as `<name>.json` and its markdown `text` as `<name>.md` in
+    `out_dir`, and print the text."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
+        f.write(text + "\n")
+    print(text)

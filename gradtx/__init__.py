@@ -320,6 +320,7 @@ from .wrappers import MultiSteps as MultiSteps
 from .wrappers import MultiStepsState as MultiStepsState
 from .wrappers import MultiTransformState as MultiTransformState
 from .wrappers import PartitionState as PartitionState
+from .wrappers import PopulationState as PopulationState
 from .wrappers import ShouldSkipUpdateFunction as ShouldSkipUpdateFunction
 from .wrappers import SkipOnSpikesState as SkipOnSpikesState
 from .wrappers import StatefulSchedule as StatefulSchedule
@@ -334,6 +335,8 @@ from .wrappers import conditionally_transform as conditionally_transform
 from .wrappers import ema as ema
 from .wrappers import ema_params as ema_params
 from .wrappers import freeze as freeze
+from .wrappers import hyperparameter_names as hyperparameter_names
+from .wrappers import hyperparameters as hyperparameters
 from .wrappers import inject_hyperparams as inject_hyperparams
 from .wrappers import inject_stateful_hyperparams as inject_stateful_hyperparams
 from .wrappers import l2_ball as l2_ball
@@ -346,9 +349,15 @@ from .wrappers import multi_transform as multi_transform
 from .wrappers import non_negative as non_negative
 from .wrappers import partition as partition
 from .wrappers import periodic_update as periodic_update
+from .wrappers import population as population
+from .wrappers import population_exploit_explore as population_exploit_explore
+from .wrappers import population_hyperparameters as population_hyperparameters
+from .wrappers import population_member as population_member
 from .wrappers import project as project
 from .wrappers import scale_gradient_by as scale_gradient_by
 from .wrappers import selective_transform as selective_transform
 from .wrappers import skip_large_updates as skip_large_updates
 from .wrappers import skip_not_finite as skip_not_finite
 from .wrappers import skip_on_spikes as skip_on_spikes
+from .wrappers import sweep as sweep
+from .wrappers import with_hyperparameters as with_hyperparameters

@@ -197,3 +197,45 @@ def test_leaves_lengths_and_bad_arguments():
         main(["--leaves", "--leaf-counts", "10,x"])
     with pytest.raises(ValueError, match="unknown optimizer"):
         main(["--leaves", "--quick", "--optimizer", "nope"])
+
+
+@pytest.mark.subprocess
+def test_population_benchmark_runs_quick(tmp_path, capsys):
+    code = main(["--population", "--quick", "--out", str(tmp_path)])
+    assert code == 0
+    data = json.loads((tmp_path / "population.json").read_text())
+    assert [r["model"] for r in data["rows"]] == [
+        "MLP 2-32-32-4, batch 16",
+        "demo MLP 2-64-64-4, batch 128",
+    ]
+    for r in data["rows"]:
+        step_ms = r["throughput"]["step_ms"]
+        assert set(step_ms) == {"population", "population, lax.map", "sequential", "optax", "floor"}
+        assert all(v > 0 for v in step_ms.values())
+        assert r["throughput"]["sequential/population"]["median"] > 0
+        e2e = r["end_to_end"]
+        for variant in ("population", "population, lax.map", "optax", "separate"):
+            assert e2e[variant]["total_s"] >= e2e[variant]["first_step_s"] > 0, variant
+        assert e2e["separate/population"] > 0
+    assert len(data["targets"]) == 8
+    assert "| MLP 2-32-32-4, batch 16 |" in (tmp_path / "population.md").read_text()
+
+
+def test_population_grid_and_sequential_step_compile_once():
+    """The sequential baseline reuses one compiled step for every run's hyperparameters (its
+    premise), and the grid's first members are the corner of the 8 x 8 grid."""
+    import gradtx
+    from benchmarks.population import grid, problem, sequential_step
+
+    assert grid(4) == ([3e-4, 3e-4, 1e-3, 1e-3], [0.0, 1e-4, 0.0, 1e-4])
+    assert len(set(zip(*grid(64), strict=True))) == 64
+    with pytest.raises(ValueError, match="at most 64 members"):
+        grid(65)
+    params, batches = problem((2, 8, 4), 4)
+    tx = gradtx.adamw(1e-3, weight_decay=1e-4)
+    hp = gradtx.sweep(tx, mode="zip", learning_rate=[1e-3, 1e-2], weight_decay=[0.0, 0.1])
+    step = sequential_step(tx)
+    for m in range(2):
+        p, s = jax.tree.map(jnp.copy, params), tx.init(params)
+        p, s = step(p, s, *batches[m], gradtx.population_member(hp, m))
+    assert step._cache_size() == 1

@@ -8,6 +8,7 @@ the error tells the user the fix. Values that cannot be inspected in Python (tra
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import difflib
 import functools
@@ -19,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._introspect import copy_description
+from ._recipe import Recipe, remember
 
 
 def concrete(value: Any) -> np.ndarray | None:
@@ -188,6 +190,30 @@ def check_scalar(who: str, name: str, value: Any) -> None:
         )
 
 
+# Set by `gradtx.with_hyperparameters(..., checked=True)` while it builds a transformation from
+# traced numbers: the range checks then add `checkify.check`s to the traced program instead of
+# skipping the values they cannot see (the step must run under `checkify.checkify`).
+_CHECK_TRACED: contextvars.ContextVar[bool] = contextvars.ContextVar("check_traced", default=False)
+
+
+@contextlib.contextmanager
+def traced_checks() -> Iterator[None]:
+    """Within this context, a check given a traced value adds a `checkify.check` (see above)."""
+    token = _CHECK_TRACED.set(True)
+    try:
+        yield
+    finally:
+        _CHECK_TRACED.reset(token)
+
+
+def _check_traced(who: str, name: str, requirement: str, value: Any, ok: Any) -> None:
+    """`checkify.check(ok, ...)` when `value` is traced and traced checks are on."""
+    if isinstance(value, jax.core.Tracer) and _CHECK_TRACED.get():
+        from jax.experimental import checkify
+
+        checkify.check(jnp.all(ok), f"{who}: {name} must be {requirement}, got {{}}", value)
+
+
 def _finite(arr: np.ndarray) -> bool:
     return not np.issubdtype(arr.dtype, np.inexact) or bool(np.all(np.isfinite(arr)))
 
@@ -196,9 +222,14 @@ def check_positive(who: str, name: str, value: Any, *, finite: bool = False) -> 
     """`value` is a scalar > 0 (and not infinite, with `finite=True`)."""
     check_scalar(who, name, value)
     arr = concrete(value)
-    if arr is not None and finite and not _finite(arr):
+    if arr is None:
+        if isinstance(value, jax.core.Tracer):
+            ok = (value > 0) & (jnp.isfinite(value) if finite else True)
+            _check_traced(who, name, "finite and > 0" if finite else "> 0", value, ok)
+        return
+    if finite and not _finite(arr):
         _fail(who, name, "finite", value)
-    if arr is not None and not np.all(arr > 0):
+    if not np.all(arr > 0):
         _fail(who, name, "> 0", value)
 
 
@@ -207,9 +238,14 @@ def check_non_negative(who: str, name: str, value: Any, *, finite: bool = False)
     weight decay of inf trains on inf / NaN without any error)."""
     check_scalar(who, name, value)
     arr = concrete(value)
-    if arr is not None and finite and not _finite(arr):
+    if arr is None:
+        if isinstance(value, jax.core.Tracer):
+            ok = (value >= 0) & (jnp.isfinite(value) if finite else True)
+            _check_traced(who, name, "finite and >= 0" if finite else ">= 0", value, ok)
+        return
+    if finite and not _finite(arr):
         _fail(who, name, "finite", value)
-    if arr is not None and not np.all(arr >= 0):
+    if not np.all(arr >= 0):
         _fail(who, name, ">= 0", value)
 
 
@@ -226,17 +262,36 @@ def check_in_range(
     """`value` is a scalar with `low <= value <= high`, either end optionally excluded."""
     check_scalar(who, name, value)
     arr = concrete(value)
-    if arr is None:
+    interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+    x = value if arr is None else arr
+    if arr is None and not isinstance(value, jax.core.Tracer):
         return
-    ok_low = arr > low if low_open else arr >= low
-    ok_high = arr < high if high_open else arr <= high
-    if not np.all(ok_low & ok_high):
-        interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+    ok_low = x > low if low_open else x >= low
+    ok_high = x < high if high_open else x <= high
+    if arr is None:
+        _check_traced(who, name, f"in {interval}", value, ok_low & ok_high)
+    elif not np.all(ok_low & ok_high):
         _fail(who, name, f"in {interval}", value)
 
 
 def check_int(who: str, name: str, value: Any, *, minimum: int | None = None) -> None:
-    """`value` is a Python/NumPy integer (not a bool), optionally >= `minimum`."""
+    """`value` is a Python/NumPy integer (not a bool), optionally >= `minimum`.
+
+    A scalar JAX array of an integer dtype is one too (`gradtx.with_hyperparameters` gives
+    a schedule's steps that way); a traced one is compared with `minimum` only under traced
+    checks (`traced_checks`).
+    """
+    if (
+        isinstance(value, jax.Array)
+        and value.ndim == 0
+        and jnp.issubdtype(value.dtype, jnp.integer)
+    ):
+        if isinstance(value, jax.core.Tracer):
+            low = jnp.iinfo(value.dtype).min
+            if minimum is not None and minimum > low and _CHECK_TRACED.get():
+                _check_traced(who, name, f">= {minimum}", value, value >= minimum)
+            return
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         _fail(who, name, "an integer", value, got=repr(value))
     if minimum is not None and value < minimum:
@@ -374,8 +429,8 @@ def alias_errors(
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             tx = guarded(alias)(*args, **kwargs)
             if hasattr(tx, "_errors_renamed"):  # a gradtx transformation renames its own
-                return tx._errors_renamed(rename, functools.partial(check_params, who))
-            if _is_transformation(tx):
+                tx = tx._errors_renamed(rename, functools.partial(check_params, who))
+            elif _is_transformation(tx):
                 inner_init = guarded(tx.init)
 
                 @functools.wraps(tx.init)
@@ -384,7 +439,7 @@ def alias_errors(
                     return inner_init(params)
 
                 tx = copy_description(tx._replace(init=init, update=guarded(tx.update)), tx)
-            return tx
+            return remember(tx, Recipe(wrapper, args, kwargs))
 
         return wrapper  # type: ignore[return-value]
 

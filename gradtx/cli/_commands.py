@@ -7,7 +7,9 @@
 `CONFIG` is a YAML or JSON file (for the dialects: nnabla's optimizer fields or RETURNN's
 options; `--dialect auto`, the default, tells them apart by their top-level keys). `--steps N`
 means the first N steps, 0 .. N-1, in both commands; `describe --at` lists single steps. Errors
-in a config are printed as one line naming the config path; the exit status is then 2.
+in a config are printed as one line naming the config path; the exit status is then 2. A config
+with a `sweep` section is described with its members (and a learning rate per member where the
+sweep changes it); `plot-schedule` draws a curve per member.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ INT32_MAX = 2**31 - 1
 MAX_LISTED_STEPS = 1_000  # describe --at
 MAX_STEPS = 2**31  # --steps N: the step counters stop at 2**31 - 1
 MAX_PLOT_POINTS = 100_000  # steps evaluated over a range; longer ranges are sampled evenly
+MAX_MEMBER_ROWS = 64  # describe: members listed (a sweep's first and last ones beyond)
 DEFAULT_AT = [0, 1, 10, 100, 1000, 10000]
 STEPS_HELP = "the first N steps, 0 .. N-1 (at most 2**31)"
 
@@ -186,7 +189,7 @@ def _describe_steps(text: str) -> int | list[int]:
 
 
 def _landmark_rows(
-    tx: Any, landmarks: list[tuple[int, str]], n: int | None
+    lr_at: Any, landmarks: list[tuple[int, str]], n: int | None
 ) -> list[tuple[str, ...]]:
     """(step, learning rate, what) at each landmark (below n) and the step before it; with n,
     also at steps 0 and n - 1."""
@@ -202,8 +205,66 @@ def _landmark_rows(
     steps = sorted(marks)
     if not steps:
         return []
-    values = tx.learning_rate_at(np.asarray(steps))
+    values = lr_at(np.asarray(steps))
     return [(str(s), f"{float(v):.6g}", marks[s]) for s, v in zip(steps, values, strict=True)]
+
+
+def _members_shown(rows: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """The rows of a members table, the middle ones elided beyond `MAX_MEMBER_ROWS`."""
+    if len(rows) <= MAX_MEMBER_ROWS:
+        return rows
+    half = MAX_MEMBER_ROWS // 2
+    gap = (f"... {len(rows) - 2 * half} more", *("" for _ in rows[0][1:]))
+    return [*rows[:half], gap, *rows[-half:]]
+
+
+def _first_member(tx: Any) -> Callable[[Any], np.ndarray]:
+    """A sweep's learning rate when every member has the same: member 0's."""
+    return lambda steps: tx.learning_rate_at(steps)[0]
+
+
+def _sweep_lines(tx: Any) -> list[str]:
+    """A sweep config's members: how many, grid or zip, and each one's swept values."""
+    from ..config._describe import sweep_table
+
+    title, header, rows = sweep_table(tx.config)
+    out = ["", f"sweep: {title}"]
+    return out + [f"  {line}" for line in _table(header, _members_shown(rows))]
+
+
+def _member_rate_lines(tx: Any, args: argparse.Namespace) -> list[str]:
+    """The learning rate of each member, when the sweep changes it."""
+    out = ["", "learning rate: per member (the sweep changes it)"]
+    if isinstance(args.steps, int):
+        n = args.steps
+        members = len(tx.member_configs)
+        steps = _range_steps(n)
+        if len(steps) > max(1_000, MAX_PLOT_POINTS // members):  # bounded memory for many
+            keep = max(1_000, MAX_PLOT_POINTS // members)
+            steps = np.unique(np.linspace(0, n - 1, keep).round().astype(np.int64))
+        values = np.asarray(tx.learning_rate_at(steps))
+        sampled = f" (sampled at {len(steps)} steps)" if len(steps) < n else ""
+        header: tuple[str, ...] = (
+            "member",
+            f"min over steps 0 .. {n - 1}{sampled}",
+            "max",
+            "step 0",
+            f"step {n - 1}",
+        )
+        rows = [
+            (str(k), *(f"{float(x):.6g}" for x in (np.nanmin(v), np.nanmax(v), v[0], v[-1])))
+            if np.any(np.isfinite(v))
+            else (str(k), "none finite", "", f"{float(v[0]):.6g}", f"{float(v[-1]):.6g}")
+            for k, v in enumerate(values)
+        ]
+    else:
+        at = args.at if args.at is not None else args.steps or DEFAULT_AT
+        values = np.asarray(tx.learning_rate_at(np.asarray(at)))
+        header = ("member", *(f"step {s}" for s in at))
+        rows = [(str(k), *(f"{float(x):.6g}" for x in v)) for k, v in enumerate(values)]
+        if max(at) > INT32_MAX:
+            out += ["  (steps beyond 2**31 - 1 show the value there: the step counters stop at it)"]
+    return out + [f"  {line}" for line in _table(header, _members_shown(rows))]
 
 
 def _describe_one(path: str, args: argparse.Namespace) -> list[str]:
@@ -227,26 +288,33 @@ def _describe_one(path: str, args: argparse.Namespace) -> list[str]:
     out += [
         f"  {line}" for line in _table(("path", "value", "note"), hyperparameter_rows(tx.config))
     ]
-    out += ["", f"learning rate: {learning_rate_label(tx.config)}"]
-    landmarks = learning_rate_landmarks(tx.config)
+    members = getattr(tx, "member_configs", None)
+    lr_config, lr_at = tx.config, tx.learning_rate_at
+    if members is not None:  # a sweep: its members, then one learning rate or one per member
+        out += _sweep_lines(tx)
+        if len({learning_rate_label(m) for m in members}) > 1:
+            return out + _member_rate_lines(tx, args)
+        lr_config, lr_at = members[0], _first_member(tx)
+    out += ["", f"learning rate: {learning_rate_label(lr_config)}"]
+    landmarks = learning_rate_landmarks(lr_config)
     if isinstance(args.steps, int):
         n = args.steps
         steps = _range_steps(n)
-        values = np.asarray(tx.learning_rate_at(steps))
+        values = np.asarray(lr_at(steps))
         finite = values[np.isfinite(values)]
         shown = f"{finite.min():.6g} .. {finite.max():.6g}" if finite.size else "none finite"
         sampled = f", sampled at {len(steps)} steps" if len(steps) < n else ""
         out += [f"  over steps 0 .. {n - 1}: {shown}{sampled}"]
-        rows = _landmark_rows(tx, landmarks, n)
+        rows = _landmark_rows(lr_at, landmarks, n)
         out += [f"  {line}" for line in _table(("step", "learning_rate", "what"), rows)]
         return out  # n <= 2**31: the last step is at most 2**31 - 1, where the counters stop
     at = args.at if args.at is not None else args.steps if args.steps is not None else DEFAULT_AT
-    values = tx.learning_rate_at(np.asarray(at))
+    values = lr_at(np.asarray(at))
     rows_at = [(str(s), f"{float(v):.6g}") for s, v in zip(at, values, strict=True)]
     out += [f"  {line}" for line in _table(("step", "learning_rate"), rows_at)]
     if max(at) > INT32_MAX:
         out += ["  (steps beyond 2**31 - 1 show the value there: the step counters stop at it)"]
-    rows = _landmark_rows(tx, landmarks, None)
+    rows = _landmark_rows(lr_at, landmarks, None)
     if rows:
         out += ["", "where the learning rate changes course (absolute steps, warm-up included):"]
         out += [f"  {line}" for line in _table(("step", "learning_rate", "what"), rows)]
@@ -342,7 +410,13 @@ def plot_schedule(argv: list[str]) -> int:
     steps = _range_steps(args.steps)
     values = tx.learning_rate_at(steps)
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(steps, values)
+    if values.ndim == 2:  # a sweep: a curve per member
+        for k, row in enumerate(values):
+            ax.plot(steps, row, label=f"member {k}")
+        if len(values) <= 10:
+            ax.legend()
+    else:
+        ax.plot(steps, values)
     ax.set_xlabel("step")
     ax.set_ylabel("learning rate")
     ax.set_title(f"{tx.config['optimizer']['name']}: {args.config}")

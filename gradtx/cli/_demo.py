@@ -126,9 +126,15 @@ def load_demo_config(path: str | Path) -> tuple[dict[str, Any], dict[str, dict[s
     train.update(given)
     for name, cfg in runs.items():
         try:
-            from_config(cfg)
+            built = from_config(cfg)
         except ConfigError as e:
             raise ConfigError(f"{where}: optimizers.{name}: {e}") from None
+        if built.member_configs is not None:
+            raise ConfigError(
+                f"{where}: optimizers.{name}.sweep: the demo trains one optimizer per run; give "
+                "each member its own run (a sweep builds a population, trained in Python: "
+                "docs/config.md, Sweeps)"
+            )
     return train, {str(k): v for k, v in runs.items()}
 
 

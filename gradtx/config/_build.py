@@ -20,6 +20,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._base._recipe import recorded
+from .._base._typing import ScalarOrSchedule
 from ..core import chain
 from ..transforms import add_noise as add_noise_tx
 from ..transforms import clip as clip_tx
@@ -140,10 +142,26 @@ def built_learning_rate(config: Mapping[str, Any]) -> Any:
     return lr
 
 
-def _decoupled_rate(rate: Any, lr: Any) -> Any:
-    """:math:`\\lambda_t \\eta_t`, the decoupled decay rate, as a number or a schedule."""
+@recorded(schedule=True)
+def decoupled_weight_decay(rate: ScalarOrSchedule, learning_rate: ScalarOrSchedule) -> Any:
+    """The schedule :math:`\\lambda_t \\eta_t` of a decoupled decay whose rate or learning rate
+    is a schedule. Recorded like gradtx's own schedules, so that `gradtx.hyperparameters` reads
+    (and a population varies) the numbers of both."""
     from ..schedules import NamedSchedule
 
+    def at(step: Any, value: Any) -> Any:
+        return value(step) if callable(value) else value
+
+    return NamedSchedule(
+        "decoupled_weight_decay",
+        lambda step: at(step, rate) * at(step, learning_rate),
+        rate=rate,
+        lr=learning_rate,
+    )
+
+
+def _decoupled_rate(rate: Any, lr: Any) -> Any:
+    """:math:`\\lambda_t \\eta_t`, the decoupled decay rate, as a number or a schedule."""
     if not callable(rate) and not callable(lr):
         product = float(rate) * float(lr)
         if not math.isfinite(product):
@@ -151,13 +169,7 @@ def _decoupled_rate(rate: Any, lr: Any) -> Any:
                 f"out of range: rate {rate} times the learning rate {lr} overflows", "weight_decay"
             )
         return product
-
-    def at(step: Any, value: Any) -> Any:
-        return value(step) if callable(value) else value
-
-    return NamedSchedule(
-        "decoupled_weight_decay", lambda step: at(step, rate) * at(step, lr), rate=rate, lr=lr
-    )
+    return decoupled_weight_decay(rate, lr)
 
 
 def _core(config: Mapping[str, Any]) -> Any:

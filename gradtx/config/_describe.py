@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Mapping
 from typing import Any
 
 from ._build import solver_learning_rate
+from ._errors import join
 from ._kinds import params_of
 from ._registry import lookup
+from ._sweep import member_values, parse_path, set_path
 
 
 def _value(value: Any) -> str:
@@ -24,8 +27,37 @@ def _call(name: str, args: Mapping[str, Any]) -> str:
     return f"{name}(" + ", ".join(f"{k}={_value(v)}" for k, v in args.items()) + ")"
 
 
+class _Swept:
+    """A swept value in a description of a sweep config: each member has its own."""
+
+    def __init__(self, values: list[Any]):
+        self.values = values
+
+    def __repr__(self) -> str:
+        return "<swept>"
+
+    def summary(self) -> str:
+        shown = [_value(v) for v in self.values]
+        if len(shown) > 6:
+            shown = [*shown[:3], "...", *shown[-2:]]
+        return f"{', '.join(shown)} ({len(self.values)} values)"
+
+
+def _marked(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A sweep config's base with `_Swept` markers at the swept paths (others as they are)."""
+    if "sweep" not in config:
+        return config
+    base = copy.deepcopy({k: v for k, v in config.items() if k != "sweep"})
+    for text, values in config["sweep"]["values"].items():
+        path = parse_path(text) or (text,)
+        set_path(base, path, _Swept(list(values)), join("sweep.values", text))
+    return base
+
+
 def chain_lines(config: Mapping[str, Any]) -> list[str]:
-    """The transformation a config builds, one part per line, wrappers indented around."""
+    """The transformation a config builds, one part per line, wrappers indented around (a
+    swept value shows as `<swept>`)."""
+    config = _marked(config)
     block = config["optimizer"]
     core = [_call(block["name"], {k: v for k, v in block.items() if k != "name"})]
     wd = config.get("weight_decay")
@@ -81,12 +113,16 @@ def _flatten(prefix: str, value: Any, out: list[tuple[str, str, str]], note: str
     if isinstance(value, Mapping) and value and all(isinstance(k, str) for k in value):
         for key, item in value.items():
             _flatten(f"{prefix}.{key}", item, out, note)
+    elif isinstance(value, _Swept):
+        out.append((prefix, value.summary(), "swept"))
     else:
         out.append((prefix, _value(value), note))
 
 
 def hyperparameter_rows(config: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """(config path, value, note) for every setting, the solver's defaults included."""
+    """(config path, value, note) for every setting, the solver's defaults included; a swept
+    one shows its values, noted "swept"."""
+    config = _marked(config)
     rows: list[tuple[str, str, str]] = []
     block = config["optimizer"]
     rows.append(("optimizer.name", block["name"], ""))
@@ -97,9 +133,25 @@ def hyperparameter_rows(config: Mapping[str, Any]) -> list[tuple[str, str, str]]
         elif param.default is not inspect.Parameter.empty:
             rows.append((f"optimizer.{name}", _value(param.default), "default"))
     for section, value in config.items():
-        if section != "optimizer":
+        if section not in ("optimizer", "sweep"):
             _flatten(section, value, rows)
     return rows
+
+
+def sweep_table(config: Mapping[str, Any]) -> tuple[str, tuple[str, ...], list[tuple[str, ...]]]:
+    """A sweep config's members: a title (K, grid or zip), a header (`member` and the swept
+    paths) and a row of values per member."""
+    sweep = config["sweep"]
+    values = member_values(config)
+    paths = tuple(sweep["values"])
+    if sweep["mode"] == "grid":
+        sizes = " x ".join(str(len(sweep["values"][p])) for p in paths)
+        how = f"grid of {sizes} values (every combination; the first path varies slowest)"
+    else:
+        how = "zip (the values at each position of the lists)"
+    title = f"{len(values)} member{'s' if len(values) != 1 else ''}, {how}"
+    rows = [(str(k), *(_value(v[p]) for p in paths)) for k, v in enumerate(values)]
+    return title, ("member", *paths), rows
 
 
 def learning_rate_label(config: Mapping[str, Any]) -> str:
@@ -215,4 +267,5 @@ __all__ = [
     "learning_rate_label",
     "learning_rate_landmarks",
     "schedule_landmarks",
+    "sweep_table",
 ]

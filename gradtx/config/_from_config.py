@@ -11,10 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..core._transformation import GradientTransformation
-from ._build import build, built_learning_rate
+from ._build import build, built_learning_rate, solver_learning_rate
 from ._errors import ConfigError
 from ._load import read
 from ._schema import validate
+from ._sweep import build_population, member_configs
 
 
 class ConfiguredOptimizer(GradientTransformation):
@@ -24,14 +25,27 @@ class ConfiguredOptimizer(GradientTransformation):
     two more attributes: `config`, the normalized config it was built from (what `to_config`
     returns), and `source`, where that config came from (a file name, "<dict>", "<string>", or
     "nnabla" / "returnn" for the dialects).
+
+    A config with a `sweep` section builds a population (`gradtx.population`) of K members;
+    `member_configs` lists their configs, and the learning rate is given per member.
     """
 
     config: dict[str, Any]
     source: str
 
     @property
+    def member_configs(self) -> list[dict[str, Any]] | None:
+        """For a sweep, the normalized config of each member (what `from_config` of it builds
+        on its own, the member's values at the swept paths); None for a single optimizer."""
+        return member_configs(self.config) if "sweep" in self.config else None
+
+    @property
     def learning_rate(self) -> Any:
-        """The solver's learning rate: a float, a schedule `step -> value`, or None."""
+        """The solver's learning rate: a float, a schedule `step -> value`, or None; for a
+        sweep, a list of them, one per member."""
+        members = self.member_configs
+        if members is not None:
+            return [built_learning_rate(m) for m in members]
         return built_learning_rate(self.config)
 
     def learning_rate_at(self, steps: Any) -> np.ndarray:
@@ -39,15 +53,27 @@ class ConfiguredOptimizer(GradientTransformation):
 
         Steps count the solver's own updates (with `accumulate`, one per `k` micro-steps).
         Steps beyond int32 give the value at 2**31 - 1, where the solver's step counter stops
-        (counters saturate, they never wrap). Solvers without a learning rate give NaN.
+        (counters saturate, they never wrap). Solvers without a learning rate give NaN. For a
+        sweep the result has a leading member axis: shape `(K, *np.shape(steps))`.
         """
-        lr = self.learning_rate
         steps_arr = saturated_steps(steps)
-        if lr is None:
-            return np.full(steps_arr.shape, np.nan, np.float32)
-        if callable(lr):
-            return np.asarray(lr(jnp.asarray(steps_arr, jnp.int32)), np.float32)
-        return np.full(steps_arr.shape, lr, np.float32)
+        members = self.member_configs
+        if members is None:
+            return _rate_at(built_learning_rate(self.config), steps_arr)
+        rows: dict[str, np.ndarray] = {}  # members with the same learning rate share a row
+        for member in members:
+            key = repr(solver_learning_rate(member["optimizer"]))
+            if key not in rows:
+                rows[key] = _rate_at(built_learning_rate(member), steps_arr)
+        return np.stack([rows[repr(solver_learning_rate(m["optimizer"]))] for m in members])
+
+
+def _rate_at(lr: Any, steps: np.ndarray) -> np.ndarray:
+    if lr is None:
+        return np.full(steps.shape, np.nan, np.float32)
+    if callable(lr):
+        return np.asarray(lr(jnp.asarray(steps, jnp.int32)), np.float32)
+    return np.full(steps.shape, lr, np.float32)
 
 
 def saturated_steps(steps: Any) -> np.ndarray:
@@ -103,14 +129,19 @@ def from_config(source: Any) -> ConfiguredOptimizer:
     The config has an `optimizer` block (`name` and the solver's hyperparameters by their Python
     argument names; `learning_rate` a number or a schedule block) and optional sections beside
     it: `weight_decay`, `clip`, `noise`, `nonfinite`, `lr_multipliers`, `accumulate`, `ema`.
-    The whole config is validated before anything is built; docs/config.md is the schema.
+    A `sweep` section gives lists of values by config path (`{mode: grid | zip, values:
+    {optimizer.learning_rate: [1.0e-4, 1.0e-3], ...}}`): the config then builds a population,
+    one member per combination (grid) or position (zip) of the values. The whole config is
+    validated before anything is built; docs/config.md is the schema.
 
     Args:
       source: a dict, a path to a `.yaml` / `.yml` / `.json` file, or YAML / JSON text.
 
     Returns:
       A `ConfiguredOptimizer`: the `GradientTransformation`, which also keeps its normalized
-      config (`to_config` writes it back out).
+      config (`to_config` writes it back out). With a sweep, the transformation is
+      `gradtx.population(tx, hyperparams)`: params, updates and state carry a leading member
+      axis, and member k updates as `from_config(tx.member_configs[k])` would.
 
     Raises:
       ConfigError: unknown names (with close matches), wrong types, out-of-range values,
@@ -135,9 +166,8 @@ def from_config(source: Any) -> ConfiguredOptimizer:
         source = source.config
     raw, where = read(source)
     config = validate(raw)
-    return configured(
-        build(config), config, where if isinstance(source, str | os.PathLike) else "<dict>"
-    )
+    tx = build_population(config) if "sweep" in config else build(config)
+    return configured(tx, config, where if isinstance(source, str | os.PathLike) else "<dict>")
 
 
 def _origin(path: str, origins: Mapping[str, str]) -> str:

@@ -18,6 +18,7 @@ from ._errors import ConfigError, did_you_mean, join, shown
 from ._kinds import params_of
 from ._limits import INT32_MAX, INT32_MIN
 from ._registry import Entry, lookup
+from ._sweep import validate_sweep
 
 SECTIONS = (
     "optimizer",
@@ -28,6 +29,7 @@ SECTIONS = (
     "lr_multipliers",
     "accumulate",
     "ema",
+    "sweep",
 )
 # section -> {key: (kind, required, default)}; the kinds are those of `check_value`
 SECTION_KEYS: dict[str, dict[str, tuple[str, bool, Any]]] = {
@@ -377,7 +379,17 @@ def _check_weight_decay_once(config: Mapping[str, Any]) -> None:
 
 
 def validate(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """The normalized form of a whole config; raises `ConfigError` naming the path."""
+    """The normalized form of a whole config; raises `ConfigError` naming the path.
+
+    A config with a `sweep` section is validated member by member (`_sweep.validate_sweep`).
+    """
+    if raw.get("sweep") is not None:
+        return validate_sweep(raw, _validate_one, {s: SECTION_KEYS.get(s, {}) for s in SECTIONS})
+    return _validate_one(raw)
+
+
+def _validate_one(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """`validate` of a config without a sweep."""
     for key in raw:
         if key not in SECTIONS:
             raise ConfigError(
@@ -391,7 +403,7 @@ def validate(raw: Mapping[str, Any]) -> dict[str, Any]:
             "optimizer",
         )
     out: dict[str, Any] = {"optimizer": validate_optimizer(raw["optimizer"])}
-    for name in SECTIONS[1:]:
+    for name in SECTIONS[1:-1]:  # the sweep section is `validate`'s
         if name in raw and raw[name] is not None:
             out[name] = _section(name, raw[name])
     _check_weight_decay_once(out)

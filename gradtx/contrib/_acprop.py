@@ -7,6 +7,7 @@ import jax.numpy as jnp
 
 from .._base._checks import alias_errors
 from .._base._numerics import abs_sq, bias_correction, widen
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Mask, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..state._quantize import MomentDType
@@ -34,6 +35,7 @@ def _default_nu(params: Any) -> Any:
     )
 
 
+@recorded
 def scale_by_acprop(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.999,

@@ -16,6 +16,7 @@ from .._base._checks import (
     check_one_of,
 )
 from .._base._numerics import abs_sq, bias_correction, safe_increment, widen, zero_count
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, MaskOrFn, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..state._quantize import MomentDType, as_leaves
@@ -113,6 +114,7 @@ def _blocks(
     return _Blocks(view, tuple(a for a in range(ndim + 1) if a != axis))
 
 
+@recorded
 def scale_by_adam_mini(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.999,

@@ -14,6 +14,7 @@ from .._base._numerics import (
     widen,
     zero_count,
 )
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Mask, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..state._quantize import MomentDType
@@ -50,6 +51,7 @@ def _check_common(who: str, b1: Any, b2: Any, eps: Any, eps_root: Any) -> None:
     check_non_negative(who, "eps_root", eps_root)
 
 
+@recorded
 def scale_by_ademamix(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.999,
@@ -184,6 +186,7 @@ def ademamix(
     )
 
 
+@recorded
 def scale_by_simplified_ademamix(
     b1: ArrayLike = 0.99,
     b2: ArrayLike = 0.95,

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 
 from .._base._checks import alias_errors
 from .._base._numerics import abs_sq, widen
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..state._quantize import MomentDType
@@ -28,6 +29,7 @@ def _fourth_root(count: jax.Array) -> jax.Array:
     return jnp.asarray(count, jnp.float32) ** 0.25
 
 
+@recorded
 def scale_by_adopt(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.9999,

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from .._base._checks import alias_errors, check_non_negative, check_one_of
 from .._base._numerics import abs_sq, key_data
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, MaskOrFn, ScalarOrSchedule, Seed, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..transforms._decay import weight_decay as weight_decay_tx
@@ -60,6 +61,7 @@ class ScaleByApolloState(NamedTuple):
     norm: Updates  # per leaf: the limiter's last norm (*batch,) float32, () if not projected
 
 
+@recorded
 def scale_by_apollo(
     rank: int = 256,
     update_proj_gap: int = 200,

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 
 from .._base._checks import alias_errors, check_non_negative, error_context
 from .._base._numerics import safe_divide, widen
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Mask, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, chain
 from ..state._quantize import MomentDType
@@ -31,6 +32,7 @@ def _cautious_leaf(u: Any, g: Any, offset: ArrayLike, descent: bool) -> Any:
     return (uw * (mask * scale)).astype(u.dtype)
 
 
+@recorded
 def cautious(
     tx: GradientTransformation, offset: ArrayLike = 1.0, *, descent: bool = True
 ) -> GradientTransformation:

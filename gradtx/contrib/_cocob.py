@@ -6,6 +6,7 @@ import jax.numpy as jnp
 
 from .._base._checks import alias_errors, check_non_negative, check_positive
 from .._base._numerics import widen
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Mask, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain, require_params
 from ..transforms._decay import weight_decay as weight_decay_tx
@@ -24,6 +25,7 @@ class COCOBState(NamedTuple):
     reward: Updates  # R_t
 
 
+@recorded
 def scale_by_cocob(alpha: ArrayLike = 100.0, eps: ArrayLike = 1e-8) -> GradientTransformation:
     r"""Replace the updates by COCOB-Backprop's bet: the step from the current point to the
     initial point plus a fraction of the accumulated negative gradients.

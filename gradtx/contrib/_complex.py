@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .._base._recipe import recorded
 from .._base._typing import OptState
 from ..core._transformation import GradientTransformation, as_transformation, forward_extra_args
 
@@ -60,6 +61,7 @@ def _is_pair(x: Any) -> bool:
     return isinstance(x, SplitRealAndImaginaryArrays)
 
 
+@recorded
 def split_real_and_imaginary(inner: GradientTransformation) -> GradientTransformation:
     r"""Run `inner` on the real and imaginary parts of complex updates as separate real leaves.
 

@@ -17,6 +17,7 @@ from .._base._checks import (
 )
 from .._base._explicit import auto_partitioned
 from .._base._numerics import key_data, safe_increment, widen, zero_count
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, Mask, Params, ScalarOrSchedule, Seed, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..state._buffers import check_float_dtype
@@ -182,6 +183,7 @@ def _check_rank(who: str, rank: int | None, rank_fraction: Any, rank_multiple_of
 # --------------------------------------------------------------------------------------------
 
 
+@recorded
 def scale_by_dion(
     rank_fraction: float = 1.0,
     mu: ArrayLike = 0.95,

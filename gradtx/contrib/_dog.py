@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from .. import tree as gtree
 from .._base._checks import alias_errors, check_non_negative, check_one_of, check_positive
 from .._base._numerics import widen
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Mask, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain, identity, require_params
 from ..transforms._decay import weight_decay as weight_decay_tx
@@ -45,6 +46,7 @@ def _check_init_step(who: str, init_step: Any) -> None:
     check_positive(who, "init_step[1]", init_step[1])
 
 
+@recorded
 def scale_by_dog(init_step: tuple[str, ArrayLike], eps: ArrayLike = 1e-8) -> GradientTransformation:
     r"""Scale the updates by DoG's step size: the largest distance from the initial point over the
     root of the summed squared gradient norms.
@@ -180,6 +182,7 @@ class DoWGState(NamedTuple):
     estim_sq_dist: jax.Array  # \bar r_t^2, float32
 
 
+@recorded
 def scale_by_dowg(
     init_estim_sq_dist: ArrayLike | None = None, eps: ArrayLike = 1e-4
 ) -> GradientTransformation:

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from .._base._checks import alias_errors, check_non_negative
 from .._base._explicit import auto_partitioned
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, MaskOrFn, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..transforms._decay import weight_decay as weight_decay_tx
@@ -27,6 +28,7 @@ class ScaleByFiraState(NamedTuple):
     norm: Updates  # per leaf: the limiter's last norm (*batch,) float32, () if not projected
 
 
+@recorded
 def scale_by_fira(
     rank: int = 128,
     update_proj_gap: int = 200,

@@ -16,6 +16,7 @@ from .. import tree as gtree
 from .._base._checks import alias_errors, check_in_range, check_int, check_non_negative
 from .._base._explicit import auto_partitioned
 from .._base._numerics import abs_sq, cond, safe_increment, widen, zero_count
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Mask, OptState, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..transforms._adam import scale_by_adam
@@ -266,6 +267,7 @@ class LowRankAdam(NamedTuple):
         return cols[0], {"count": count, **fields}
 
 
+@recorded
 def scale_by_galore(
     rank: int = 128,
     update_proj_gap: int = 200,

@@ -28,6 +28,7 @@ from .._base._numerics import (
     widen,
     zero_count,
 )
+from .._base._recipe import recorded
 from .._base._typing import (
     ArrayLike,
     DType,
@@ -312,10 +313,11 @@ def _probes(k_probe: jax.Array, shapes: list[tuple[int, ...]]) -> list[jax.Array
     return [jax.random.normal(keys[i], s, jnp.float32) for i, s in enumerate(shapes)]
 
 
+@recorded
 def scale_by_kron(
     b1: ArrayLike = 0.9,
     preconditioner_update_probability: ScalarOrSchedule | None = None,
-    max_size_triangular: float = 8192,
+    max_size_triangular: int = 8192,
     min_ndim_triangular: int = 2,
     max_skew_triangular: float = float("inf"),
     memory_save_mode: str | None = None,
@@ -478,7 +480,9 @@ def scale_by_kron(
         del params, extra_args
         assert_same_structure(who, updates=updates, **{"state.mu": as_leaves(state.mu)})
         leaves, treedef = jax.tree.flatten(updates)
-        lays = layouts(updates)
+        # the batch axes only: which factors are triangular is the state's (its factors' ranks),
+        # decided at init, so the thresholds are not read here
+        batches = _per_leaf_batch_axes(who, batch_axes, updates)
         mus = treedef.flatten_up_to(state.mu)
         qs = treedef.flatten_up_to(state.qs)
         count = safe_increment(state.count)
@@ -501,7 +505,7 @@ def scale_by_kron(
             balance = jax.random.uniform(k_balance) < balance_probability
             probes = _probes(k_probe, [h.shape for h in fit_to])
             out = []
-            for q, h, v, (batch, _) in zip(qs, fit_to, probes, lays, strict=True):
+            for q, h, v, batch in zip(qs, fit_to, probes, batches, strict=True):
                 q32 = tuple(jnp.asarray(f, jnp.float32) for f in q)
                 q32 = cond(balance, _batched(_balanced, batch, h.ndim), lambda x: x, q32)
                 lr = jnp.asarray(preconditioner_lr, jnp.float32)
@@ -518,7 +522,7 @@ def scale_by_kron(
 
         new_updates = [
             _batched(precondition, batch, h.ndim)(q, h).astype(g.dtype)
-            for q, h, g, (batch, _) in zip(qs, hats, leaves, lays, strict=True)
+            for q, h, g, batch in zip(qs, hats, leaves, batches, strict=True)
         ]
         return treedef.unflatten(new_updates), ScaleByKronState(
             count=count,
@@ -541,7 +545,7 @@ def kron(
     weight_decay: ScalarOrSchedule = 0.0,
     mask: MaskOrFn | None = None,
     preconditioner_update_probability: ScalarOrSchedule | None = None,
-    max_size_triangular: float = 8192,
+    max_size_triangular: int = 8192,
     min_ndim_triangular: int = 2,
     max_skew_triangular: float = float("inf"),
     memory_save_mode: str | None = None,

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 
 from .._base._checks import alias_errors
 from .._base._numerics import abs_sq, bias_correction
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Mask, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..state._quantize import MomentDType
@@ -25,6 +26,7 @@ class ScaleByLapropState(NamedTuple):
     nu: Updates  # EMA of |g|^2, dtype nu_dtype or the params'
 
 
+@recorded
 def scale_by_laprop(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.999,

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from .._base._checks import alias_errors, check_in_range, check_non_negative
 from .._base._introspect import register
 from .._base._numerics import last_used, safe_increment, value_at, widen, zero_count
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain, require_params
 from ..transforms._decay import weight_decay as weight_decay_tx
@@ -23,6 +24,7 @@ class MadgradState(NamedTuple):
     x0: Params  # the starting point, taken from the params of the first update
 
 
+@recorded
 def scale_by_madgrad(
     learning_rate: ScalarOrSchedule,
     momentum: ArrayLike = 0.9,

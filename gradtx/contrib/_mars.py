@@ -10,6 +10,7 @@ import numpy as np
 
 from .._base._checks import alias_errors, check_non_negative, check_one_of
 from .._base._numerics import abs_sq, bias_correction, widen
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, MaskOrFn, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..state._quantize import MomentDType
@@ -43,6 +44,7 @@ def _unit_clipped(c: jax.Array) -> jax.Array:
     return c / jnp.maximum(norm, 1.0)
 
 
+@recorded
 def scale_by_mars(
     b1: ArrayLike = 0.95,
     b2: ArrayLike = 0.99,

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from .. import tree as gtree
 from .._base._checks import check_int, check_non_negative, check_positive
 from .._base._numerics import safe_increment, widen, zero_count
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, OptState, Params
 from ..core._transformation import GradientTransformation, forward_extra_args, require_params
 from ..transforms._tier import copy_params, scalar_dtype
@@ -29,6 +30,7 @@ class MechanicState(NamedTuple):
     x0: Params  # the reference point (the params at the first update)
 
 
+@recorded
 def mechanize(
     base_optimizer: GradientTransformation,
     weight_decay: ArrayLike = 1e-2,

@@ -12,6 +12,7 @@ import numpy as np
 from .._base._checks import check_in_range, check_non_negative, check_scalar, concrete
 from .._base._introspect import register
 from .._base._numerics import abs_sq, last_used, safe_increment, value_at, widen, zero_count
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, require_params
 from ..transforms._tier import ema, loss_value_in, scalar_dtype
@@ -70,6 +71,7 @@ def _polyak_step(cap: jax.Array, denom: jax.Array, max_step: jax.Array) -> jax.A
     return jnp.minimum(max_step, jnp.where(tiny, 0.0, t1))
 
 
+@recorded
 def momo(
     learning_rate: ScalarOrSchedule = 1.0,
     beta: ArrayLike = 0.9,
@@ -172,6 +174,7 @@ def momo(
     return _reporting(who, GradientTransformation(init, update), learning_rate)
 
 
+@recorded
 def momo_adam(
     learning_rate: ScalarOrSchedule = 1e-2,
     b1: ArrayLike = 0.9,

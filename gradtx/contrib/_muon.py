@@ -1,7 +1,6 @@
 """Muon: momentum orthogonalised by Newton-Schulz iterations for matrix parameters, AdamW for the
 others."""
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -19,6 +18,7 @@ from .._base._checks import (
 )
 from .._base._explicit import auto_partitioned
 from .._base._numerics import bias_correction, safe_increment, widen, zero_count
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Mask, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..state._quantize import MomentDType
@@ -113,11 +113,22 @@ def _ns_step(x: jax.Array, a: jax.Array, c: jax.Array) -> jax.Array:
     return c[0] * x + b @ x
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2))
 def _orthogonalize(
-    x: jax.Array, coeffs: tuple[tuple[float, ...], ...], preconditioning: str, eps: ArrayLike
+    x: jax.Array, coeffs: tuple[tuple[Any, ...], ...], preconditioning: str, eps: ArrayLike
 ) -> jax.Array:
-    """Newton-Schulz iterations on a stack of matrices `x` of shape (batch, m, n), in float32."""
+    """Newton-Schulz iterations on a stack of matrices `x` of shape (batch, m, n), in float32.
+
+    `coeffs`: one row of 3 coefficients per iteration, Python floats (a static argument of one
+    jitted program per table) or traced scalars (`gradtx.with_hyperparameters`; then traced in
+    the caller's program)."""
+    if any(isinstance(c, jax.core.Tracer) for row in coeffs for c in row):
+        return _newton_schulz(x, coeffs, preconditioning, eps)
+    return _static_newton_schulz(x, coeffs, preconditioning, eps)
+
+
+def _newton_schulz(
+    x: jax.Array, coeffs: tuple[tuple[Any, ...], ...], preconditioning: str, eps: ArrayLike
+) -> jax.Array:
     transposed = x.shape[-2] > x.shape[-1]
     if transposed:  # iterate on the smaller Gram matrix; f(X^T) = f(X)^T
         x = _mT(x)
@@ -144,6 +155,9 @@ def _orthogonalize(
     return _mT(x) if transposed else x
 
 
+_static_newton_schulz = jax.jit(_newton_schulz, static_argnums=(1, 2))
+
+
 def _orthogonalize_leaf(
     who: str,
     x: jax.Array,
@@ -160,14 +174,17 @@ def _orthogonalize_leaf(
     return untranspose(ortho, order, x.shape)
 
 
-def _coefficient_table(who: str, ns_coeffs: Any, ns_steps: int) -> tuple[tuple[float, ...], ...]:
+def _coefficient_table(who: str, ns_coeffs: Any, ns_steps: int) -> tuple[tuple[Any, ...], ...]:
     """The coefficients of each iteration, one row of 3 per iteration (hashable: a static
-    argument of the jitted iteration)."""
+    argument of the jitted iteration); traced coefficients (`gradtx.with_hyperparameters`)
+    stay traced scalars."""
     if isinstance(ns_coeffs, str):
         check_one_of(who, "ns_coeffs", ns_coeffs, list(_NS_COEFFS_PRESETS))
         ns_coeffs = _NS_COEFFS_PRESETS[ns_coeffs]
+    traced = any(isinstance(c, jax.core.Tracer) for c in jax.tree.leaves(ns_coeffs))
+    xp: Any = jnp if traced else np  # traced: float32 scalars; else Python floats (float64)
     try:
-        table = np.asarray(ns_coeffs, np.float64)
+        table = xp.asarray(ns_coeffs, jnp.float32 if traced else np.float64)
     except (TypeError, ValueError):
         raise ValueError(
             f"{who}: ns_coeffs must be 3 numbers or rows of 3 numbers, got {ns_coeffs!r}"
@@ -175,12 +192,14 @@ def _coefficient_table(who: str, ns_coeffs: Any, ns_steps: int) -> tuple[tuple[f
     if table.ndim not in (1, 2) or table.shape[-1] != 3:
         raise ValueError(f"{who}: ns_coeffs must have shape (3,) or (n, 3), got {table.shape}")
     if table.ndim == 1:
-        table = np.tile(table, (ns_steps, 1))
+        table = xp.tile(table, (ns_steps, 1))
     if table.shape[0] > ns_steps:
         raise ValueError(
             f"{who}: ns_coeffs has {table.shape[0]} rows, more than ns_steps={ns_steps} "
             "(a table of coefficients gives one iteration per row, at most ns_steps)"
         )
+    if traced:
+        return tuple(tuple(row[j] for j in range(3)) for row in table)
     return tuple(tuple(float(c) for c in row) for row in table)
 
 
@@ -189,6 +208,7 @@ def _coefficient_table(who: str, ns_coeffs: Any, ns_steps: int) -> tuple[tuple[f
 # --------------------------------------------------------------------------------------------
 
 
+@recorded
 def scale_by_muon(
     ns_coeffs: Any = _DEFAULT_NS_COEFFS,
     ns_steps: int = 5,
@@ -281,6 +301,7 @@ def scale_by_muon(
     return GradientTransformation(init, auto_partitioned(update))
 
 
+@recorded
 def scale_by_shape(
     weight_dimension_numbers: DimensionNumbersOrFn = None,
     consistent_rms: ArrayLike | None = None,

@@ -16,6 +16,7 @@ from .._base._checks import (
 )
 from .._base._explicit import auto_partitioned
 from .._base._numerics import safe_divide, safe_increment, widen, zero_count
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, Mask, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain, identity
 from ..state._quantize import MomentDType
@@ -119,6 +120,7 @@ def _frobenius(x: jax.Array) -> jax.Array:
 # --------------------------------------------------------------------------------------------
 
 
+@recorded
 def scale_by_normuon(
     ns_coeffs: Any = _DEFAULT_NS_COEFFS,
     ns_steps: int = 5,

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 
 from .._base._checks import alias_errors, check_non_negative
 from .._base._numerics import key_data, widen
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, ScalarOrSchedule, Seed
 from ..core._transformation import GradientTransformation, chain, identity
 from ..transforms._momentum import trace
@@ -20,6 +21,7 @@ class DifferentiallyPrivateAggregateState(NamedTuple):
     rng_key: jax.Array  # raw PRNG key data (uint32), as `jax.random.key_data` returns it
 
 
+@recorded
 def differentially_private_aggregate(
     l2_norm_clip: ArrayLike,
     noise_multiplier: ArrayLike,

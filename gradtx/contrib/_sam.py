@@ -15,6 +15,7 @@ import jax.numpy as jnp
 
 from .._base._checks import check_int
 from .._base._numerics import widen
+from .._base._recipe import recorded
 from .._base._typing import OptState, Params
 from ..core._transformation import (
     EmptyState,
@@ -37,6 +38,7 @@ class SAMState(NamedTuple):
     cache: Params | None  # the outer params (None in opaque mode)
 
 
+@recorded
 def normalize() -> GradientTransformation:
     r"""Divide the updates by their global L2 norm.
 
@@ -58,6 +60,7 @@ def normalize() -> GradientTransformation:
     return stateless(normalized)
 
 
+@recorded
 def sam(
     optimizer: GradientTransformation,
     adv_optimizer: GradientTransformation,

@@ -16,6 +16,7 @@ from .._base._checks import (
 )
 from .._base._introspect import register
 from .._base._numerics import last_used, safe_increment, value_at, widen
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, OptState, Params, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, chain, forward_extra_args, require_params
 from ..optimizers._sgd import sgd
@@ -93,6 +94,7 @@ def schedule_free_eval_params(state: OptState, params: Params) -> Params:
     )
 
 
+@recorded
 def schedule_free(
     base_optimizer: GradientTransformation,
     learning_rate: ScalarOrSchedule,

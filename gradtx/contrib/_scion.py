@@ -19,6 +19,7 @@ from .._base._checks import (
 )
 from .._base._explicit import auto_partitioned
 from .._base._numerics import safe_divide, safe_increment, widen, zero_count
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Mask, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..state._quantize import MomentDType
@@ -107,6 +108,7 @@ def _check_per_leaf_numbers(who: str, name: str, value: Any) -> None:
             check_non_negative(who, name, leaf)
 
 
+@recorded
 def scale_by_scion(
     beta: ArrayLike = 0.9,
     radius: Any = 1.0,

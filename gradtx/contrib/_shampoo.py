@@ -20,6 +20,7 @@ from .._base._checks import (
 )
 from .._base._explicit import auto_partitioned
 from .._base._numerics import bias_correction, cond, safe_increment, zero_count
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, MaskOrFn, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..state._quantize import MomentDType
@@ -189,6 +190,7 @@ def _shampoo_direction(
     return _from_blocks(blocks, plan, m_hat.shape)
 
 
+@recorded
 def scale_by_shampoo(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.999,

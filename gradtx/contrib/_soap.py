@@ -18,6 +18,7 @@ from .._base._checks import (
 )
 from .._base._explicit import auto_partitioned
 from .._base._numerics import bias_correction, safe_increment, widen, zero_count
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, Mask, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..state._quantize import MomentDType, as_leaves
@@ -196,6 +197,7 @@ def _permuted(v: jax.Array, order: jax.Array, plan: _Plan, i: int) -> jax.Array:
     return jnp.take_along_axis(v, jnp.broadcast_to(idx, v.shape), axis=i - r)
 
 
+@recorded
 def scale_by_soap(
     b1: ArrayLike = 0.95,
     b2: ArrayLike = 0.95,

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 
 from .._base._checks import alias_errors, check_int, check_positive
 from .._base._numerics import bias_correction, cond, key_data, widen
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Mask, OptState, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain, forward_extra_args
 from ..state._quantize import MomentDType
@@ -32,6 +33,7 @@ class SophiaState(NamedTuple):
     hessian_fn_state: OptState  # the state of the Hessian diagonal estimator
 
 
+@recorded
 def hutchinson_estimator_diag_hessian(random_seed: Any = None) -> GradientTransformation:
     r"""Estimate the diagonal of the Hessian of `obj_fn` at the params (Hutchinson).
 
@@ -85,6 +87,7 @@ def hutchinson_estimator_diag_hessian(random_seed: Any = None) -> GradientTransf
     return GradientTransformation(init, update)
 
 
+@recorded
 def scale_by_sophia(
     b1: ArrayLike = 0.965,
     b2: ArrayLike = 0.99,

@@ -13,6 +13,7 @@ from jax.tree_util import DictKey, SequenceKey, keystr
 
 from .._base._checks import check_in_range
 from .._base._introspect import copy_description, register, register_runner, run_links
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, OptState, Params, Updates
 from ..tree import assert_same_structure
 from ..tree._patterns import resolve_mask
@@ -141,6 +142,7 @@ def init_empty_state(params: Params) -> EmptyState:
     return EmptyState()
 
 
+@recorded
 def with_extra_args_support(tx: GradientTransformation) -> GradientTransformation:
     """`tx` with an `update` that accepts any extra keyword arguments (`value=loss`, ...).
 
@@ -164,11 +166,13 @@ def with_extra_args_support(tx: GradientTransformation) -> GradientTransformatio
     return GradientTransformation(tx.init, update)
 
 
+@recorded
 def identity() -> GradientTransformation:
     """Leave the updates unchanged (state: `EmptyState`)."""
     return stateless(lambda updates, params: updates)
 
 
+@recorded
 def stateless(
     fn: Callable[[Updates, Params | None], Updates],
     *,
@@ -217,6 +221,7 @@ def stateless_with_extra_args(
     return GradientTransformation(init, update)
 
 
+@recorded
 def stateless_with_tree_map(
     f: Callable[[jax.Array, jax.Array | None], jax.Array],
 ) -> GradientTransformation:
@@ -248,6 +253,7 @@ def stateless_with_tree_map(
     return stateless(fn)
 
 
+@recorded
 def chain(*transformations: GradientTransformation) -> GradientTransformation:
     """Apply transformations one after the other; the state is the tuple of their states.
 
@@ -318,6 +324,7 @@ def _linked(
     return tx
 
 
+@recorded
 def named_chain(*transformations: tuple[str, GradientTransformation]) -> GradientTransformation:
     """Like `chain`, with each inner state stored under its name in a dict.
 

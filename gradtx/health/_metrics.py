@@ -14,10 +14,12 @@ from jax import tree_util as jtu
 
 from .._base._checks import error_context, expect_state
 from .._base._introspect import node_of, observed_update, register, walk
+from .._base._recipe import recorded
 from .._base._typing import OptState, Params, PyTree
 from ..core._transformation import GradientTransformation, as_transformation, forward_extra_args
 from ..tree import NonfiniteLocation, match, path_str
 from ..tree import norm as tree_norm
+from ..wrappers._population import PopulationState, member_transformation
 
 _STEP_NAMES = ("count", "gradient_step", "step")
 
@@ -145,6 +147,7 @@ def _moments(inner_state: OptState, params: Params) -> dict[str, list[Any]]:
     return out
 
 
+@recorded
 def with_metrics(
     tx: GradientTransformation,
     *,
@@ -368,7 +371,8 @@ def metrics(tx: GradientTransformation, state: OptState) -> dict[str, jax.Array]
       `nonfinite_index`, see `first_nonfinite`) of `apply_if_finite`, the skips of
       `skip_on_spikes`, `micro_step` / `gradient_step` of gradient accumulation, the threshold of
       `clip_by_history`;
-    - with `with_metrics`: `grad_norm`, `update_norm`, `clip_fraction` and the per-leaf metrics.
+    - with `with_metrics`: `grad_norm`, `update_norm`, `clip_fraction` and the per-leaf metrics;
+    - of a `population`: each member's metrics, under the same keys, with the member axis.
 
     A name found once is the key as is (`learning_rate`); a name found in several places is
     keyed by each place's state path (`0/learning_rate`, `opt/2/learning_rate`). Keys depend on
@@ -396,6 +400,11 @@ def metrics(tx: GradientTransformation, state: OptState) -> dict[str, jax.Array]
       {'learning_rate': 0.8, 'step': 3.0}
     """
     tx = as_transformation(tx, "metrics", "tx")
+    if isinstance(state, PopulationState):
+        # a population: each member's metrics, under the same keys, with the member axis
+        return jax.vmap(lambda h, s: metrics(member_transformation(tx, h), s))(
+            state.hyperparams, state.inner_state
+        )
     entries: list[tuple[tuple, str, Any]] = []
     for path, node, node_state in walk(tx, state):
         if node.report is not None:

@@ -16,6 +16,15 @@ value for an invalid argument (e.g. `transition_steps <= 0`), gradtx raises a `V
 construction naming the argument. The nnabla-compatible constructors (`nnabla_*`, `lr_decay`)
 keep nnabla's argument names (`init_lr`, `max_iter`, ...).
 
+Every number a schedule is built from may be traced, step counts and boundaries included
+(`gradtx.with_hyperparameters` rebuilds a schedule inside a jitted step from
+`gradtx.hyperparameters(schedule)`, so a new value never recompiles): the construction checks
+that need the number are skipped for a traced one, and what a concrete value decides at
+construction (Optax's constant fallbacks, nnabla's worker-count rules, `sgdr`'s cycles) is
+computed with `jnp.where` instead. The boundaries of `piecewise_constant` and
+`piecewise_interpolate` are the keys of a dict, so only their scales can be traced (`join` and
+`multistep` take boundaries as a list, which can).
+
 Schedules are stateless; the plateau-driven scalings `gradtx.reduce_on_plateau` and
 `gradtx.newbob` are transformations (they need the loss as `value=`) and live with them. `plot`
 draws schedules with matplotlib (`pip install 'gradtx[plot]'`; from a checkout:

@@ -10,9 +10,11 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_non_negative, check_one_of, check_positive
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike
 from ._common import (
     NamedSchedule,
@@ -20,10 +22,13 @@ from ._common import (
     check_sorted_steps,
     check_steps,
     f32,
+    int32s,
     interpolate_segments,
+    traced,
 )
 
 
+@recorded(schedule=True)
 def constant(value: ArrayLike) -> NamedSchedule:
     r"""The same value at every step: :math:`v(t) = c`.
 
@@ -48,11 +53,13 @@ def _degenerate(who: str, transition_steps: Any, transition_begin: Any, **zero: 
     `transition_steps <= 0` (or a zero in `zero`, exponential_decay's `decay_rate`) gives a
     constant schedule at `init_value`; a negative `transition_begin` counts from 0. Both are
     what Optax documents (it logs them at INFO level, which no one sees); here they warn.
+    Traced values cannot be decided on here: the schedule applies both rules itself
+    (`_held`, `jnp.maximum`), without a warning.
     """
     check_steps(who, "transition_steps", transition_steps, minimum=-(2**62))
     check_steps(who, "transition_begin", transition_begin, minimum=-(2**62))
     constant_reason = None
-    if transition_steps <= 0:
+    if not traced(transition_steps) and transition_steps <= 0:
         constant_reason = f"transition_steps={transition_steps} <= 0"
     for name, value in zero.items():
         if isinstance(value, int | float) and value == 0:
@@ -64,7 +71,9 @@ def _degenerate(who: str, transition_steps: Any, transition_begin: Any, **zero: 
             UserWarning,
             stacklevel=3,
         )
-    if transition_begin < 0:
+    if traced(transition_begin):
+        transition_begin = jnp.maximum(transition_begin, 0)
+    elif transition_begin < 0:
         warnings.warn(
             f"{who}: transition_begin={transition_begin} < 0 counts from step 0 (as in Optax)",
             UserWarning,
@@ -72,6 +81,24 @@ def _degenerate(who: str, transition_steps: Any, transition_begin: Any, **zero: 
         )
         transition_begin = 0
     return constant_reason is not None, transition_begin
+
+
+def _held(value: jax.Array, constant: Any, init_value: ArrayLike) -> jax.Array:
+    """`value`, or `init_value` where the traced condition `constant` holds (the rules of
+    `_degenerate`, for values known only when the schedule runs); `value` itself when
+    `constant` is None (decided at construction)."""
+    if constant is None:
+        return value
+    return jnp.where(constant, f32(init_value), value)
+
+
+def _positive_steps(who: str, steps: Any) -> tuple[Any, Any]:
+    """`(steps, None)` for an int (>= 1: `_degenerate` made the schedule constant otherwise);
+    for a traced one `(max(steps, 1), steps <= 0)`: the length to divide by and the condition
+    under which Optax's schedule is constant."""
+    if not traced(steps):
+        return check_steps(who, "transition_steps", steps, minimum=1), None
+    return jnp.maximum(steps, 1), steps <= 0
 
 
 def _polynomial(
@@ -85,7 +112,7 @@ def _polynomial(
     is_constant, transition_begin = _degenerate(who, transition_steps, transition_begin)
     if is_constant:
         return constant(init_value)
-    steps = check_steps(who, "transition_steps", transition_steps, minimum=1)
+    steps, held = _positive_steps(who, transition_steps)
     begin = check_steps(who, "transition_begin", transition_begin, minimum=0)
 
     def fn(step):
@@ -97,7 +124,7 @@ def _polynomial(
         remaining = steps - jnp.clip(step - begin, 0, steps)
         frac = jnp.where(remaining == steps, 1.0, remaining.astype(jnp.float32) / steps)
         init, end = f32(init_value), f32(end_value)
-        return (init - end) * frac ** f32(power) + end
+        return _held((init - end) * frac ** f32(power) + end, held, init_value)
 
     args: dict[str, Any] = {"init_value": init_value, "end_value": end_value}
     if who == "polynomial":
@@ -106,6 +133,7 @@ def _polynomial(
     return NamedSchedule(who, fn, **args)
 
 
+@recorded(schedule=True)
 def polynomial(
     init_value: ArrayLike,
     end_value: ArrayLike,
@@ -142,6 +170,7 @@ def polynomial(
     )
 
 
+@recorded(schedule=True)
 def linear(
     init_value: ArrayLike, end_value: ArrayLike, transition_steps: int, transition_begin: int = 0
 ) -> NamedSchedule:
@@ -163,6 +192,7 @@ def linear(
     return _polynomial("linear", init_value, end_value, 1.0, transition_steps, transition_begin)
 
 
+@recorded(schedule=True)
 def exponential_decay(
     init_value: ArrayLike,
     transition_steps: int,
@@ -207,9 +237,11 @@ def exponential_decay(
     )
     if is_constant:
         return constant(init_value)
-    steps = check_steps(who, "transition_steps", transition_steps, minimum=1)
+    steps, held = _positive_steps(who, transition_steps)
     begin = check_steps(who, "transition_begin", transition_begin, minimum=0)
     check_positive(who, "decay_rate", decay_rate)
+    if traced(decay_rate):  # 0: Optax's constant schedule
+        held = (decay_rate == 0) if held is None else held | (decay_rate == 0)
 
     def fn(step):
         elapsed = jnp.maximum(step - begin, 0)
@@ -222,7 +254,7 @@ def exponential_decay(
         if end_value is not None:
             end = f32(end_value)
             value = jnp.where(rate < 1.0, jnp.maximum(value, end), jnp.minimum(value, end))
-        return value
+        return _held(value, held, init_value)
 
     return NamedSchedule(
         who,
@@ -236,6 +268,7 @@ def exponential_decay(
     )
 
 
+@recorded(schedule=True)
 def piecewise_constant(
     init_value: ArrayLike, boundaries_and_scales: Mapping[int, float] | None = None
 ) -> NamedSchedule:
@@ -246,7 +279,7 @@ def piecewise_constant(
     Args:
       init_value: :math:`I`.
       boundaries_and_scales: a dict `{b_i: s_i}` of integer steps >= 0 and scales >= 0 (in any
-        order, as in Optax).
+        order, as in Optax). The scales may be traced, the steps (keys) may not.
 
     Returns:
       A schedule `step -> float32`.
@@ -278,6 +311,7 @@ def piecewise_constant(
     )
 
 
+@recorded(schedule=True)
 def piecewise_interpolate(
     interpolate_type: str,
     init_value: ArrayLike,
@@ -322,6 +356,7 @@ def piecewise_interpolate(
     )
 
 
+@recorded(schedule=True)
 def multistep(init_value: ArrayLike, gamma: ArrayLike, milestones: Sequence[int]) -> NamedSchedule:
     r"""Multiply by `gamma` at each milestone (a step decay).
 
@@ -347,12 +382,13 @@ def multistep(init_value: ArrayLike, gamma: ArrayLike, milestones: Sequence[int]
         init = f32(init_value)
         if not ms:
             return jnp.broadcast_to(init, step.shape)
-        passed = jnp.sum(step[..., None] >= jnp.asarray(ms, jnp.int32), axis=-1)
+        passed = jnp.sum(step[..., None] >= int32s(ms), axis=-1)
         return init * f32(gamma) ** passed.astype(jnp.float32)
 
     return NamedSchedule(who, fn, init_value=init_value, gamma=gamma, milestones=ms)
 
 
+@recorded(schedule=True)
 def inverse_sqrt(peak_value: ArrayLike, warmup_steps: int) -> NamedSchedule:
     r"""Inverse square root decay after a linear warm-up (the Noam / Transformer schedule).
 

@@ -89,7 +89,7 @@ class NamedSchedule:
     arguments, e.g. ``cosine_decay(init_value=0.1, decay_steps=1000, alpha=0.0, exponent=1.0)``.
     """
 
-    __slots__ = ("__weakref__", "_fn", "arguments", "name")
+    __slots__ = ("__gradtx_recipe__", "__weakref__", "_fn", "arguments", "name")
 
     def __init__(self, name: str, fn: Callable[[jax.Array], ArrayLike], **arguments: Any):
         for argument, value in arguments.items():
@@ -140,10 +140,18 @@ def call(schedule: Callable[[Any], ArrayLike], step: jax.Array) -> jax.Array:
 # --------------------------------------------------------------------------------------------
 
 
-def check_steps(who: str, name: str, value: Any, *, minimum: int) -> int:
-    """`value` is an integer >= `minimum` (a step count); returns it as a Python int."""
+def traced(value: Any) -> bool:
+    """Whether `value` is traced (a hyperparameter given inside `jax.jit` or `jax.vmap`, as
+    `gradtx.with_hyperparameters` gives them): its number is unknown at construction, so the
+    schedule computes with it instead of deciding on it."""
+    return isinstance(value, jax.core.Tracer)
+
+
+def check_steps(who: str, name: str, value: Any, *, minimum: int) -> Any:
+    """`value` is an integer >= `minimum` (a step count); returns it as a Python int, or a traced
+    integer as it is (unchecked)."""
     check_int(who, name, value, minimum=minimum)
-    return int(value)
+    return value if traced(value) else int(value)
 
 
 def check_callable(who: str, name: str, value: Any) -> None:
@@ -155,13 +163,13 @@ def check_callable(who: str, name: str, value: Any) -> None:
 
 
 def check_sorted_steps(who: str, name: str, values: Sequence[Any], *, strict: bool) -> list[int]:
-    """A list of integer steps >= 0, sorted (strictly increasing when `strict`)."""
+    """A list of integer steps >= 0, sorted (strictly increasing when `strict`); traced steps are
+    kept as they are, and their order is not checked."""
     if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
         raise HyperparameterError(who, name, values, "a list of integer steps", got=repr(values))
-    out = []
-    for i, v in enumerate(values):
-        check_int(who, f"{name}[{i}]", v, minimum=0)
-        out.append(int(v))
+    out = [check_steps(who, f"{name}[{i}]", v, minimum=0) for i, v in enumerate(values)]
+    if any(traced(v) for v in out):
+        return out
     for a, b in itertools.pairwise(out):
         if b < a or (strict and b == a):
             order = "strictly increasing" if strict else "sorted in increasing order"
@@ -175,7 +183,8 @@ def check_sorted_steps(who: str, name: str, values: Sequence[Any], *, strict: bo
 def check_boundaries_and_scales(
     who: str, boundaries_and_scales: Mapping[Any, Any] | None, *, non_negative_scales: bool = True
 ) -> tuple[list[int], list[float]]:
-    """A `{step: scale}` mapping as (sorted steps, scales); steps must be integers >= 0."""
+    """A `{step: scale}` mapping as (sorted steps, scales); steps must be integers >= 0. The
+    steps are the mapping's keys, never traced; a traced scale is kept as it is, unchecked."""
     if boundaries_and_scales is None:
         return [], []
     if not isinstance(boundaries_and_scales, Mapping):
@@ -188,6 +197,9 @@ def check_boundaries_and_scales(
         if isinstance(step, float) and step.is_integer():
             step = int(step)
         check_int(who, f"the boundary {step!r} in boundaries_and_scales", step, minimum=0)
+        if traced(scale) and scale.ndim == 0:
+            items.append((int(step), scale))
+            continue
         arr = concrete(scale)
         if arr is None or arr.ndim != 0:
             raise ValueError(
@@ -204,13 +216,22 @@ def check_boundaries_and_scales(
     return [s for s, _ in items], [v for _, v in items]
 
 
-def number(who: str, name: str, value: Any) -> float:
-    """`value` as a Python float; for arguments that decide the schedule's shape at construction
-    (they cannot be traced)."""
+def number(who: str, name: str, value: Any) -> Any:
+    """`value` as a Python float, or a traced scalar as it is: for arguments that decide the
+    schedule's shape at construction (a traced one is decided on with `jnp.where`)."""
+    if traced(value) and value.ndim == 0:
+        return value
     arr = concrete(value)
     if arr is None or arr.ndim != 0 or not np.issubdtype(arr.dtype, np.number):
         raise HyperparameterError(who, name, value, "a number", got=repr(value))
     return float(arr)
+
+
+def int32s(steps: Sequence[Any]) -> jax.Array:
+    """Steps (Python ints, some of them maybe traced) as one int32 array."""
+    if any(traced(x) for x in steps):
+        return jnp.stack([jnp.asarray(x, jnp.int32) for x in steps])
+    return jnp.asarray(steps, jnp.int32)
 
 
 def interpolate_segments(
@@ -219,20 +240,25 @@ def interpolate_segments(
     """Piecewise interpolation through `(boundaries[i], values[i])`, constant outside.
 
     `boundaries` are sorted steps starting at 0 (repeats allowed: a zero-length segment is
-    skipped); `kind` is "linear" or "cosine" (half-cosine ease between the two values).
+    skipped), Python ints or traced int32 scalars; `kind` is "linear" or "cosine" (half-cosine
+    ease between the two values).
     """
     t = step.astype(jnp.float32)
     # As floats, so that boundaries may lie past the int32 step range (then never reached).
-    b = jnp.asarray([float(x) for x in boundaries], jnp.float32)
+    if any(traced(x) for x in boundaries):
+        b = jnp.stack([f32(x) for x in boundaries])
+    else:
+        b = jnp.asarray([float(x) for x in boundaries], jnp.float32)
     v = jnp.stack([f32(x) for x in values])
     n = len(boundaries)
     if n == 1:
         return jnp.broadcast_to(v[0], t.shape)
     # Segment i spans [b[i], b[i+1]); the last one is also used past the end (pct clips to 1).
-    # It is found by exact int32 comparisons with the inner boundaries that steps can reach.
-    inner = [x for x in boundaries[1:-1] if x <= INT32_MAX]
+    # It is found by exact int32 comparisons with the inner boundaries that steps can reach (a
+    # traced one is an int32: any can be reached).
+    inner = [x for x in boundaries[1:-1] if traced(x) or x <= INT32_MAX]
     if inner:
-        idx = jnp.sum(step[..., None] >= jnp.asarray(inner, jnp.int32), axis=-1)
+        idx = jnp.sum(step[..., None] >= int32s(inner), axis=-1)
     else:
         idx = jnp.zeros_like(step)
     lo, hi = b[idx], b[idx + 1]
@@ -253,6 +279,8 @@ __all__ = [
     "check_sorted_steps",
     "check_steps",
     "f32",
+    "int32s",
     "interpolate_segments",
     "number",
+    "traced",
 ]

@@ -8,13 +8,23 @@ from typing import Any
 import jax.numpy as jnp
 
 from .._base._checks import check_one_of, concrete
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike
 from ._basic import exponential_decay
-from ._common import NamedSchedule, call, check_callable, check_sorted_steps, check_steps, f32
+from ._common import (
+    NamedSchedule,
+    call,
+    check_callable,
+    check_sorted_steps,
+    check_steps,
+    f32,
+    traced,
+)
 
 Schedule = Callable[[Any], ArrayLike]
 
 
+@recorded(schedule=True)
 def join(schedules: Sequence[Schedule], boundaries: Sequence[int]) -> NamedSchedule:
     r"""Run schedules one after another; each restarts its count at its boundary.
 
@@ -63,6 +73,7 @@ def join(schedules: Sequence[Schedule], boundaries: Sequence[int]) -> NamedSched
     return NamedSchedule(who, fn, schedules=schedules, boundaries=bounds)
 
 
+@recorded(schedule=True)
 def warmup(
     schedule: Schedule,
     warmup_steps: int,
@@ -99,7 +110,7 @@ def warmup(
     check_callable(who, "schedule", schedule)
     steps = check_steps(who, "warmup_steps", warmup_steps, minimum=0)
     check_one_of(who, "mode", mode, ["linear", "nnabla"])
-    if mode == "nnabla":
+    if mode == "nnabla" and not traced(init_value):
         init = concrete(init_value)
         if init is None or init.ndim != 0 or float(init) != 0.0:
             raise ValueError(
@@ -107,15 +118,19 @@ def warmup(
                 f"1/warmup_steps), got {init_value!r}; use mode='linear' to ramp from a value"
             )
 
+    # A traced warm-up length may be 0: then `step < steps` never holds, and the division is
+    # kept finite.
+    length = jnp.maximum(steps, 1) if traced(steps) else steps
+
     def fn(step):
-        if steps == 0:
+        if not traced(steps) and steps == 0:
             return call(schedule, step)
         t = step.astype(jnp.float32)
         if mode == "nnabla":
-            factor = jnp.where(step < steps, (t + 1.0) / steps, 1.0)
+            factor = jnp.where(step < steps, (t + 1.0) / length, 1.0)
             return call(schedule, step) * factor
         init = f32(init_value)
-        ramp = init + (t / steps) * (call(schedule, jnp.zeros_like(step)) - init)
+        ramp = init + (t / length) * (call(schedule, jnp.zeros_like(step)) - init)
         return jnp.where(step < steps, ramp, call(schedule, step - steps))
 
     args: dict[str, Any] = {"schedule": schedule, "warmup_steps": steps}
@@ -125,6 +140,7 @@ def warmup(
     return NamedSchedule(who, fn, **args)
 
 
+@recorded(schedule=True)
 def warmup_constant(
     init_value: ArrayLike, peak_value: ArrayLike, warmup_steps: int
 ) -> NamedSchedule:
@@ -147,15 +163,20 @@ def warmup_constant(
 
     def fn(step):
         peak = f32(peak_value)
-        if steps == 0:
+        if traced(steps):  # 0 steps: `peak_value` from step 0
+            frac = jnp.minimum(step, steps).astype(jnp.float32) / jnp.maximum(steps, 1)
+            frac = jnp.where(steps == 0, 1.0, frac)
+        elif steps == 0:
             return jnp.broadcast_to(peak, step.shape)
+        else:
+            frac = jnp.minimum(step, steps).astype(jnp.float32) / steps
         init = f32(init_value)
-        frac = jnp.minimum(step, steps).astype(jnp.float32) / steps
         return init + frac * (peak - init)
 
     return NamedSchedule(who, fn, init_value=init_value, peak_value=peak_value, warmup_steps=steps)
 
 
+@recorded(schedule=True)
 def warmup_exponential_decay(
     init_value: ArrayLike,
     peak_value: ArrayLike,
@@ -198,7 +219,7 @@ def warmup_exponential_decay(
         )
     except ValueError as err:
         raise ValueError(str(err).replace("exponential_decay:", f"{who}:", 1)) from err
-    inner = warmup(decay, steps, init_value) if steps else decay
+    inner = warmup(decay, steps, init_value) if traced(steps) or steps else decay
     return NamedSchedule(
         who,
         inner,

@@ -5,24 +5,29 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_in_range, check_int, check_one_of, check_positive
 from .._base._numerics import INT32_MAX
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike
-from ._common import NamedSchedule, check_steps, f32, interpolate_segments, number
+from ._common import NamedSchedule, check_steps, f32, interpolate_segments, number, traced
 from ._compose import join
 
 
 def _cosine_factor(elapsed, length: int, exponent: ArrayLike):
     """:math:`(\\tfrac12 (1 + \\cos(\\pi \\min(\\tau, L) / L)))^p` in float32.
 
-    The length enters as a float, so it may exceed the int32 step range (as in Optax).
+    The length enters as a float, so it may exceed the int32 step range (as in Optax); a traced
+    length is an int32.
     """
-    tau = jnp.clip(jnp.asarray(elapsed).astype(jnp.float32), 0.0, float(length))
-    return (0.5 * (1.0 + jnp.cos(jnp.pi * tau / float(length)))) ** f32(exponent)
+    end = f32(length) if traced(length) else float(length)
+    tau = jnp.clip(jnp.asarray(elapsed).astype(jnp.float32), 0.0, end)
+    return (0.5 * (1.0 + jnp.cos(jnp.pi * tau / end))) ** f32(exponent)
 
 
+@recorded(schedule=True)
 def cosine_decay(
     init_value: ArrayLike, decay_steps: int, alpha: ArrayLike = 0.0, exponent: ArrayLike = 1.0
 ) -> NamedSchedule:
@@ -59,6 +64,7 @@ def cosine_decay(
     )
 
 
+@recorded(schedule=True)
 def warmup_cosine_decay(
     init_value: ArrayLike,
     peak_value: ArrayLike,
@@ -101,7 +107,7 @@ def warmup_cosine_decay(
     who = "warmup_cosine_decay"
     warm = check_steps(who, "warmup_steps", warmup_steps, minimum=0)
     total = check_steps(who, "decay_steps", decay_steps, minimum=1)
-    if warm >= total:
+    if not (traced(warm) or traced(total)) and warm >= total:
         raise ValueError(
             f"{who}: warmup_steps must be < decay_steps (decay_steps counts the warm-up too), "
             f"got warmup_steps={warm}, decay_steps={total}; pass decay_steps="
@@ -112,11 +118,14 @@ def warmup_cosine_decay(
     def fn(step):
         peak, end = f32(peak_value), f32(end_value)
         init = f32(init_value)
-        ramp = init + (step.astype(jnp.float32) / float(max(warm, 1))) * (peak - init)
-        if warm > INT32_MAX:  # steps saturate at int32's maximum: the warm-up never ends
-            return ramp
+        if traced(warm):  # an int32: may be 0 (then `step < warm` never holds)
+            ramp = init + (step.astype(jnp.float32) / f32(jnp.maximum(warm, 1))) * (peak - init)
+        else:
+            ramp = init + (step.astype(jnp.float32) / float(max(warm, 1))) * (peak - init)
+            if warm > INT32_MAX:  # steps saturate at int32's maximum: the warm-up never ends
+                return ramp
         decayed = end + (peak - end) * _cosine_factor(step - warm, total - warm, exponent)
-        if warm == 0:
+        if not traced(warm) and warm == 0:
             return decayed
         return jnp.where(step < warm, ramp, decayed)
 
@@ -132,6 +141,7 @@ def warmup_cosine_decay(
     )
 
 
+@recorded(schedule=True)
 def sgdr_schedule(cosine_kwargs: Iterable[Mapping[str, Any]]) -> NamedSchedule:
     r"""Warm restarts: `warmup_cosine_decay` cycles joined one after another.
 
@@ -149,7 +159,7 @@ def sgdr_schedule(cosine_kwargs: Iterable[Mapping[str, Any]]) -> NamedSchedule:
     who = "sgdr_schedule"
     cycles: list[NamedSchedule] = []
     bounds: list[int] = []
-    start = 0
+    start: Any = 0
     for i, kwargs in enumerate(cosine_kwargs):
         if not isinstance(kwargs, Mapping):
             raise ValueError(
@@ -163,15 +173,17 @@ def sgdr_schedule(cosine_kwargs: Iterable[Mapping[str, Any]]) -> NamedSchedule:
         if cycles:
             bounds.append(start)
         cycles.append(cycle)
-        start += int(cycle.arguments["decay_steps"])
+        start = start + cycle.arguments["decay_steps"]  # an int, or traced
     if not cycles:
         raise ValueError(f"{who}: cosine_kwargs must hold at least one cycle, got none")
-    # Steps saturate at int32's maximum: the cycles that start later are never reached.
-    reached = 1 + sum(b <= INT32_MAX for b in bounds)
+    # Steps saturate at int32's maximum: the cycles that start later are never reached (a
+    # traced start is an int32, so it may be).
+    reached = 1 + sum(traced(b) or b <= INT32_MAX for b in bounds)
     joined = join(cycles[:reached], bounds[: reached - 1])
     return NamedSchedule(who, joined, cosine_kwargs=[dict(c.arguments) for c in cycles])
 
 
+@recorded(schedule=True)
 def sgdr(
     peak_value: ArrayLike,
     cycle_steps: int,
@@ -212,6 +224,16 @@ def sgdr(
     n = check_steps(who, "num_cycles", num_cycles, minimum=1)
     check_int(who, "cycle_mult", cycle_mult, minimum=1)
     check_in_range(who, "peak_decay", peak_decay, 0.0, float("inf"))
+    args = dict(
+        peak_value=peak_value,
+        cycle_steps=first,
+        num_cycles=n,
+        cycle_mult=cycle_mult,
+        peak_decay=peak_decay,
+        end_value=end_value,
+    )
+    if traced(first) or traced(n) or traced(cycle_mult):
+        return NamedSchedule(who, _traced_sgdr(first, n, cycle_mult, **args), **args)
     # Steps saturate at int32's maximum: only the cycles that start by then are kept, and their
     # lengths (which may reach past it) enter as floats.
     lengths: list[int] = []
@@ -239,18 +261,63 @@ def sgdr(
             return value
         return jnp.where(step >= total, end, value)
 
-    return NamedSchedule(
-        who,
-        fn,
-        peak_value=peak_value,
-        cycle_steps=first,
-        num_cycles=n,
-        cycle_mult=cycle_mult,
-        peak_decay=peak_decay,
-        end_value=end_value,
-    )
+    return NamedSchedule(who, fn, **args)
 
 
+# With cycle_mult >= 2 cycle k starts at cycle_steps * (2**k - 1) or later: cycle 31 and later
+# start past the int32 step range, so 32 cycles are all that can be reached.
+_GROWING_CYCLES = 32
+
+
+def _over(a: jax.Array, b: jax.Array, product: bool) -> tuple[jax.Array, jax.Array]:
+    """`a * b` (`product`) or `a + b` for int32 a >= 0, b >= 1, saturated at the int32 maximum,
+    and whether it went past it."""
+    past = a > (INT32_MAX // b if product else INT32_MAX - b)
+    return jnp.where(past, INT32_MAX, a * b if product else a + b), past
+
+
+def _traced_sgdr(first: Any, n: Any, mult: Any, **args: Any) -> Any:
+    """`sgdr`'s values for a traced cycle length, count or growth (int32): the cycle is found by
+    integer comparisons with the cycles' starts (those of the 32 cycles that can be reached with
+    `cycle_mult >= 2`, or in closed form with `cycle_mult == 1`); a cycle starting past the
+    int32 range is never reached, and a length past it enters as a float, as in `sgdr`."""
+    first, n, mult = (jnp.maximum(jnp.asarray(x, jnp.int32), 1) for x in (first, n, mult))
+    no = jnp.zeros((), bool)
+    length, start, length_past, start_past = first, jnp.zeros((), jnp.int32), no, no
+    length_f = first.astype(jnp.float32)
+    table: list[tuple[jax.Array, ...]] = []  # per cycle: start, its past flag, length (float)
+    for _ in range(_GROWING_CYCLES + 1):
+        table.append((start, start_past, length_f))
+        start, past = _over(start, length, product=False)
+        start_past = start_past | length_past | past
+        length, past = _over(length, mult, product=True)
+        length_past = length_past | past
+        length_f = jnp.where(length_past, length_f * mult.astype(jnp.float32), f32(length))
+    starts, starts_past, lengths = (jnp.stack(column) for column in zip(*table, strict=True))
+    index = jnp.arange(1, _GROWING_CYCLES)
+
+    def fn(step):
+        later = (step[..., None] >= starts[1:-1]) & ~starts_past[1:-1] & (index < n)
+        k_grow = jnp.sum(later, axis=-1).astype(jnp.int32)
+        k_flat = jnp.minimum(step // first, n - 1)
+        flat = mult == 1
+        k = jnp.where(flat, k_flat, k_grow)
+        begin = jnp.where(flat, k_flat * first, starts[k_grow])
+        length = jnp.where(flat, f32(first), lengths[k_grow])
+        last = jnp.minimum(n, _GROWING_CYCLES)  # the end of cycle n - 1 is the start of n
+        total, total_past = _over(first, n, product=True)
+        total = jnp.where(flat, total, starts[last])
+        total_past = jnp.where(flat, total_past, starts_past[last])
+        tau = (step - begin).astype(jnp.float32)
+        end = f32(args["end_value"])
+        peak = f32(args["peak_value"]) * f32(args["peak_decay"]) ** k.astype(jnp.float32)
+        value = end + 0.5 * (peak - end) * (1.0 + jnp.cos(jnp.pi * tau / length))
+        return jnp.where((step >= total) & ~total_past, end, value)
+
+    return fn
+
+
+@recorded(schedule=True)
 def one_cycle(
     transition_steps: int,
     peak_value: ArrayLike,
@@ -297,13 +364,13 @@ def one_cycle(
     check_positive(who, "final_div_factor", final_div_factor)
     if anneal == "linear":
         final = number(who, "pct_final", pct_final)
-        if not start < final <= 1.0:
+        if not (traced(start) or traced(final)) and not start < final <= 1.0:
             raise ValueError(
                 f"{who}: pct_final must be in (pct_start, 1] = ({start}, 1], got {final}"
             )
-        bounds = [0, int(start * steps), int(final * steps), steps]
+        bounds = [0, _step_at(start, steps), _step_at(final, steps), steps]
     else:
-        bounds = [0, int(start * steps), steps]
+        bounds = [0, _step_at(start, steps), steps]
 
     def fn(step):
         peak = f32(peak_value)
@@ -326,6 +393,14 @@ def one_cycle(
     return NamedSchedule(who, fn, **args)
 
 
+def _step_at(pct: Any, steps: Any) -> Any:
+    """`int(pct * steps)`, the step a fraction of the way; in float32 when either is traced."""
+    if traced(pct) or traced(steps):
+        return (f32(pct) * steps).astype(jnp.int32)
+    return int(pct * steps)
+
+
+@recorded(schedule=True)
 def cosine_onecycle_schedule(
     transition_steps: int,
     peak_value: ArrayLike,
@@ -337,6 +412,7 @@ def cosine_onecycle_schedule(
     return one_cycle(transition_steps, peak_value, pct_start, div_factor, final_div_factor)
 
 
+@recorded(schedule=True)
 def linear_onecycle_schedule(
     transition_steps: int,
     peak_value: ArrayLike,

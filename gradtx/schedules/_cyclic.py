@@ -5,10 +5,12 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .._base._checks import check_in_range, check_one_of
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike
 from ._common import NamedSchedule, check_steps, f32
 
 
+@recorded(schedule=True)
 def cyclic(
     init_value: ArrayLike,
     peak_value: ArrayLike,

@@ -23,25 +23,32 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base._checks import check_int, check_non_negative, did_you_mean
+from .._base._checks import check_non_negative, did_you_mean
 from .._base._numerics import INT32_MAX
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike
 from ._basic import constant
-from ._common import NamedSchedule, check_callable, check_steps, f32, number
+from ._common import NamedSchedule, check_callable, check_steps, f32, int32s, number, traced
 from ._compose import warmup
 
+# Traced step counts (`gradtx.with_hyperparameters`) are int32 and unchecked: the loader's
+# rules become `jnp.where`s, and a count that nnabla would divide by zero gives inf or NaN.
 
-def _comm(who: str, comm_size: int) -> int:
+
+def _comm(who: str, comm_size: int) -> Any:
     return check_steps(who, "comm_size", comm_size, minimum=1)
 
 
-def _divided(who: str, name: str, value: int, comm_size: int) -> int:
+def _divided(who: str, name: str, value: int, comm_size: Any) -> Any:
     """`value // comm_size`, which must stay >= 1 (nnabla would divide by zero)."""
     steps = check_steps(who, name, value, minimum=1)
     out = steps // comm_size
+    if traced(out):
+        return out
     if out < 1:
         raise ValueError(
             f"{who}: {name} // comm_size must be >= 1 (nnabla divides by it), got "
@@ -50,6 +57,7 @@ def _divided(who: str, name: str, value: int, comm_size: int) -> int:
     return out
 
 
+@recorded(schedule=True)
 def nnabla_polynomial(
     init_lr: ArrayLike, max_iter: int, power: float, *, comm_size: int = 1, clamp: bool = False
 ) -> NamedSchedule:
@@ -77,7 +85,7 @@ def nnabla_polynomial(
     comm = _comm(who, comm_size)
     p = number(who, "power", power)
     check_non_negative(who, "power", p)
-    if p == 0.0:
+    if not traced(p) and p == 0.0:
         check_steps(who, "max_iter", max_iter, minimum=0)
         return NamedSchedule(who, constant(init_lr), init_lr=init_lr, power=p)
     total = _divided(who, "max_iter", max_iter, comm)
@@ -87,7 +95,10 @@ def nnabla_polynomial(
         base = (total - t).astype(jnp.float32) / total  # exact 0 at max_iter, also under jit
         # An integer power is exact for negative bases (nnabla's real result past max_iter);
         # a fractional power of a negative base is NaN.
-        factor = jnp.power(base, int(p)) if p.is_integer() else jnp.power(base, p)
+        if traced(p):
+            factor = _traced_power(base, p)
+        else:
+            factor = jnp.power(base, int(p)) if p.is_integer() else jnp.power(base, p)
         return f32(init_lr) * factor
 
     return NamedSchedule(
@@ -95,6 +106,18 @@ def nnabla_polynomial(
     )
 
 
+def _traced_power(base: jax.Array, p: jax.Array) -> jax.Array:
+    """`base ** p` for a traced power p >= 0 as `nnabla_polynomial` takes it: real for an integer
+    power (negative bases too), NaN for a fractional power of a negative base, 1 for p = 0."""
+    p = f32(p)
+    whole = p == jnp.round(p)
+    magnitude = jnp.abs(base) ** p
+    odd = whole & (jnp.abs(p) % 2.0 == 1.0)
+    value = jnp.where(whole, jnp.where((base < 0) & odd, -magnitude, magnitude), base**p)
+    return jnp.where(p == 0.0, 1.0, value)
+
+
+@recorded(schedule=True)
 def nnabla_cosine(
     init_lr: ArrayLike, max_iter: int, *, comm_size: int = 1, clamp: bool = False
 ) -> NamedSchedule:
@@ -122,6 +145,9 @@ def nnabla_cosine(
     def fn(step):
         if clamp:
             t = jnp.minimum(step, total)
+        elif traced(total):
+            short = total <= INT32_MAX // 2
+            t = jnp.where(short, step % jnp.where(short, 2 * total, 1), step)
         elif 2 * total <= INT32_MAX:
             t = step % (2 * total)
         else:
@@ -131,10 +157,13 @@ def nnabla_cosine(
     return NamedSchedule(who, fn, init_lr=init_lr, max_iter=max_iter, comm_size=comm, clamp=clamp)
 
 
-def _loader_interval(interval: int, comm_size: int) -> int:
+def _loader_interval(interval: Any, comm_size: Any) -> Any:
+    if traced(interval) or traced(comm_size):
+        return jnp.where(interval > comm_size, interval // comm_size, 1)
     return interval // comm_size if interval > comm_size else 1
 
 
+@recorded(schedule=True)
 def nnabla_exponential(
     init_lr: ArrayLike, gamma: ArrayLike, iter_interval: int = 1, *, comm_size: int = 1
 ) -> NamedSchedule:
@@ -167,6 +196,7 @@ def nnabla_exponential(
     )
 
 
+@recorded(schedule=True)
 def nnabla_step(
     init_lr: ArrayLike, gamma: ArrayLike, iter_steps: Sequence[int], *, comm_size: int = 1
 ) -> NamedSchedule:
@@ -194,14 +224,13 @@ def nnabla_step(
         raise ValueError(f"{who}: iter_steps must be a list of integer steps, got {iter_steps!r}")
     steps = []
     for i, s in enumerate(iter_steps):
-        check_int(who, f"iter_steps[{i}]", s, minimum=0)
-        steps.append(int(s) // comm)
+        steps.append(check_steps(who, f"iter_steps[{i}]", s, minimum=0) // comm)
 
     def fn(step):
         init = f32(init_lr)
         if not steps:
             return jnp.broadcast_to(init, step.shape)
-        passed = jnp.sum(step[..., None] >= jnp.asarray(steps, jnp.int32), axis=-1)
+        passed = jnp.sum(step[..., None] >= int32s(steps), axis=-1)
         return init * f32(gamma) ** passed.astype(jnp.float32)
 
     return NamedSchedule(
@@ -209,6 +238,7 @@ def nnabla_step(
     )
 
 
+@recorded(schedule=True)
 def nnabla_linear_warmup(
     schedule: Callable[[Any], ArrayLike], warmup_iter: int, *, comm_size: int = 1
 ) -> NamedSchedule:
@@ -233,11 +263,16 @@ def nnabla_linear_warmup(
     comm = _comm(who, comm_size)
     check_callable(who, "schedule", schedule)
     raw = check_steps(who, "warmup_iter", warmup_iter, minimum=0)
-    steps = raw // comm if raw >= comm else 0
+    steps: Any
+    if traced(raw) or traced(comm):
+        steps = jnp.where(raw >= comm, raw // comm, 0)
+    else:
+        steps = raw // comm if raw >= comm else 0
     inner = warmup(schedule, steps, mode="nnabla")
     return NamedSchedule(who, inner, schedule=schedule, warmup_iter=raw, comm_size=comm)
 
 
+@recorded(schedule=True)
 def lr_decay(
     init_lr: ArrayLike,
     lr_decay: float = 0.0,
@@ -282,14 +317,15 @@ def lr_decay(
     interval = check_steps(who, "lr_decay_interval", lr_decay_interval, minimum=0)
     args = dict(init_lr=init_lr, lr_decay=decay, lr_decay_interval=interval, comm_size=comm)
     if not cpp_trainer:
-        inner = nnabla_exponential(init_lr, decay if decay > 0 else 1.0, interval, comm_size=comm)
+        gamma = jnp.where(decay > 0, decay, 1.0) if traced(decay) else decay if decay > 0 else 1.0
+        inner = nnabla_exponential(init_lr, gamma, interval, comm_size=comm)
         return NamedSchedule(who, inner, **args)
-    if interval < 1:
+    if not traced(interval) and interval < 1:
         raise ValueError(
             f"{who}: lr_decay_interval must be >= 1 with cpp_trainer=True (the C++ trainer "
             f"computes (iter + 1) % lr_decay_interval), got {interval}"
         )
-    if comm != 1:
+    if not traced(comm) and comm != 1:
         raise ValueError(
             f"{who}: comm_size must be 1 with cpp_trainer=True (the C++ trainer does not divide "
             f"by workers), got {comm}"
@@ -297,7 +333,7 @@ def lr_decay(
 
     def fn(step):
         decays = (step - step // interval).astype(jnp.float32)
-        return f32(init_lr) * jnp.float32(decay) ** decays
+        return f32(init_lr) * (f32(decay) if traced(decay) else jnp.float32(decay)) ** decays
 
     return NamedSchedule(who, fn, **args, cpp_trainer=True)
 
@@ -332,6 +368,13 @@ def _params(who: str, name: str, given: Mapping[str, Any] | None) -> dict[str, A
     return out
 
 
+def _differs(who: str, name: str, value: Any, special: float) -> bool:
+    """Whether a field differs from the loader's special value; a traced one may."""
+    value = number(who, name, value)
+    return traced(value) or value != special
+
+
+@recorded(schedule=True)
 def nnabla_solver_schedule(
     init_lr: ArrayLike,
     *,
@@ -393,20 +436,25 @@ def nnabla_solver_schedule(
     step = _params(who, "step_scheduler_param", step_scheduler_param)
     warm = _params(who, "linear_warmup_scheduler_param", linear_warmup_scheduler_param)
 
+    # A traced power or gamma cannot be compared with the loader's special values: the schedule
+    # is built, and gives the constant `init_lr` itself at those values.
     schedule: Callable[[Any], ArrayLike] = constant(init_lr)
-    if lr_scheduler_type == "Polynomial" and number(who, "power", poly["power"]) != 0.0:
+    if lr_scheduler_type == "Polynomial" and _differs(who, "power", poly["power"], 0.0):
         schedule = nnabla_polynomial(init_lr, poly["max_iter"], poly["power"], comm_size=comm)
     elif lr_scheduler_type == "Cosine":
         schedule = nnabla_cosine(init_lr, cos["max_iter"], comm_size=comm)
-    elif lr_scheduler_type == "Exponential" and number(who, "gamma", expo["gamma"]) != 1.0:
+    elif lr_scheduler_type == "Exponential" and _differs(who, "gamma", expo["gamma"], 1.0):
         schedule = nnabla_exponential(init_lr, expo["gamma"], expo["iter_interval"], comm_size=comm)
     elif (
         lr_scheduler_type == "Step"
-        and number(who, "gamma", step["gamma"]) != 1.0
+        and _differs(who, "gamma", step["gamma"], 1.0)
         and len(step["iter_steps"]) > 0
     ):
         schedule = nnabla_step(init_lr, step["gamma"], step["iter_steps"], comm_size=comm)
-    elif lr_scheduler_type == "" and (lr_decay_interval != 0 or lr_decay != 0.0):
+    elif lr_scheduler_type == "" and (
+        _differs(who, "lr_decay_interval", lr_decay_interval, 0)
+        or _differs(who, "lr_decay", lr_decay, 0.0)
+    ):
         schedule = _legacy_lr_decay(init_lr, lr_decay, lr_decay_interval, comm_size=comm)
     if lr_warmup_scheduler_type == "Linear":
         schedule = nnabla_linear_warmup(schedule, warm["warmup_iter"], comm_size=comm)

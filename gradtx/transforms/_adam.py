@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base._numerics import abs_sq, bias_correction, safe_divide, safe_increment, widen
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation
 from ..state._quantize import MomentDType
@@ -139,6 +140,7 @@ def _adam_eps_hat(t, *, b1, b2, eps, corrected, amsgrad, nesterov):
     return leaf
 
 
+@recorded
 def scale_by_adam(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.999,
@@ -187,6 +189,7 @@ def scale_by_adam(
     )
 
 
+@recorded
 def scale_by_adamax(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.999,
@@ -222,6 +225,7 @@ def scale_by_adamax(
     return _adamax(b1=b1, b2=b2, eps=eps, mu_dtype=mu_dtype, nu_dtype=nu_dtype)
 
 
+@recorded
 def scale_by_amsgrad(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.999,
@@ -274,6 +278,7 @@ def scale_by_amsgrad(
     )
 
 
+@recorded
 def scale_by_adam_eps_hat(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.999,

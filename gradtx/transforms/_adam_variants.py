@@ -17,6 +17,7 @@ import numpy as np
 
 from .._base._checks import check_in_range, concrete
 from .._base._numerics import abs_sq, bias_correction, widen
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation
 from ..state._quantize import MomentDType
@@ -41,6 +42,7 @@ class ScaleByNovogradState(NamedTuple):
     nu: Updates  # one scalar per leaf: EMA of the squared norm of the leaf's gradient
 
 
+@recorded
 def scale_by_belief(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.999,
@@ -110,6 +112,7 @@ def scale_by_belief(
     )
 
 
+@recorded
 def scale_by_yogi(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.999,
@@ -156,6 +159,7 @@ def scale_by_yogi(
     )
 
 
+@recorded
 def scale_by_radam(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.999,
@@ -218,6 +222,7 @@ def _is_zero(value: Any) -> bool:
     return arr is not None and bool(np.all(arr == 0))
 
 
+@recorded
 def scale_by_novograd(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.25,

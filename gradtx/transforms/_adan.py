@@ -7,6 +7,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation
 from ..state._quantize import MomentDType
@@ -24,6 +25,7 @@ class ScaleByAdanState(NamedTuple):
     prev_grad: Updates  # g_{t-1}, the last gradient seen, dtype of the params
 
 
+@recorded
 def scale_by_adan(
     b1: ArrayLike = 0.98,
     b2: ArrayLike = 0.92,

@@ -7,6 +7,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, Updates
 from ..core._transformation import GradientTransformation
 from ..state._quantize import MomentDType
@@ -44,6 +45,7 @@ def _inverse_root(x: jax.Array, eps: ArrayLike, eps_in_sqrt: bool) -> jax.Array:
     return jax.lax.rsqrt(x + eps) if eps_in_sqrt else 1.0 / (jnp.sqrt(x) + eps)
 
 
+@recorded
 def scale_by_rms(
     decay: ArrayLike = 0.9,
     eps: ArrayLike = 1e-8,
@@ -130,6 +132,7 @@ def _rms(t, *, decay, eps, initial_scale, eps_in_sqrt, corrected):
     return leaf
 
 
+@recorded
 def scale_by_stddev(
     decay: ArrayLike = 0.9,
     eps: ArrayLike = 1e-8,
@@ -219,6 +222,7 @@ class ScaleByRssState(NamedTuple):
     sum_of_squares: Updates  # running sum of |g|^2, dtype of the params
 
 
+@recorded
 def scale_by_rss(
     initial_accumulator_value: ArrayLike = 0.1,
     eps: ArrayLike = 1e-7,
@@ -289,6 +293,7 @@ class ScaleByAdadeltaState(NamedTuple):
     e_x: Updates  # EMA of squared (unit-free) updates, dtype of the params
 
 
+@recorded
 def scale_by_adadelta(
     rho: ArrayLike = 0.9, eps: ArrayLike = 1e-6, *, nu_dtype: MomentDType | None = None
 ) -> GradientTransformation:
@@ -336,6 +341,7 @@ def _adadelta(t, *, rho, eps):
     return leaf
 
 
+@recorded
 def scale_by_grad_variance(
     beta1: ArrayLike = 0.9,
     beta2: ArrayLike = 0.999,

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 
 from .._base._checks import check_positive
 from .._base._numerics import abs_sq, value_at, widen
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, ScalarOrSchedule
 from ..core._transformation import GradientTransformation
 from ..state._quantize import MomentDType
@@ -57,6 +58,7 @@ def _bound_lr(t, *, learning_rate, ratio, final_lr, gamma, b1, b2, eps, amsgrad,
     return leaf
 
 
+@recorded
 def bound_lr(
     learning_rate: ScalarOrSchedule = 1e-3,
     final_lr: ArrayLike = 0.1,

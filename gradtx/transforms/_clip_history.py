@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from .._base._checks import check_int, check_non_negative, check_positive, expect_state
 from .._base._introspect import register
 from .._base._numerics import safe_increment, zero_count
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike
 from ..core._transformation import GradientTransformation
 from ..tree import norm
@@ -72,6 +73,7 @@ def _threshold(
     return jnp.where(state.filled >= warmup, c, jnp.inf)
 
 
+@recorded
 def clip_by_history(
     window: int = 128,
     factor: ArrayLike = 1.0,

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from .._base._checks import check_non_negative, check_positive
 from .._base._introspect import register
 from .._base._numerics import abs_sq, safe_norm, widen
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation, stateless, stateless_with_params
 from ..tree import norm
@@ -26,6 +27,7 @@ def _shrink_factor(size: jax.Array, limit: ArrayLike) -> jax.Array:
     return jnp.where(size <= limit, jnp.ones_like(size), limit / jnp.maximum(size, limit))
 
 
+@recorded
 def clip(max_delta: ArrayLike) -> GradientTransformation:
     r"""Clip every element of the updates to :math:`[-\delta, \delta]`.
 
@@ -47,6 +49,7 @@ def clip(max_delta: ArrayLike) -> GradientTransformation:
     )
 
 
+@recorded
 def clip_by_norm(max_norm: ArrayLike) -> GradientTransformation:
     r"""Rescale each leaf whose L2 norm exceeds `max_norm` down to that norm.
 
@@ -84,6 +87,7 @@ def _global_norm(updates: Updates) -> jax.Array:
     return jnp.where(positive, jnp.sqrt(jnp.where(positive, sq, 1.0)), 0.0).astype(sq.dtype)
 
 
+@recorded
 def clip_by_global_norm(max_norm: ArrayLike) -> GradientTransformation:
     r"""Rescale all updates together when their global L2 norm exceeds `max_norm`.
 
@@ -126,6 +130,7 @@ def clip_by_global_norm(max_norm: ArrayLike) -> GradientTransformation:
     return register(tx, "clip", removed=removed)
 
 
+@recorded
 def clip_by_block_rms(threshold: ArrayLike) -> GradientTransformation:
     r"""Rescale each leaf whose root mean square exceeds `threshold` down to it.
 
@@ -245,6 +250,7 @@ def unitwise_clip(
     return jnp.where(g_norm < max_norm, grad, scaled.astype(grad.dtype)).astype(grad.dtype)
 
 
+@recorded
 def adaptive_grad_clip(
     clipping: ArrayLike, eps: ArrayLike = 1e-3, axis: int | tuple[int, ...] | None = None
 ) -> GradientTransformation:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from .._base._recipe import recorded
 from ..core._transformation import EmptyState, GradientTransformation, require_params
 from ..tree import assert_same_structure
 
@@ -19,6 +20,7 @@ def _nonnegative_leaf(p, u):
     return jnp.where(p + u < 0, -p, u).astype(u.dtype)
 
 
+@recorded
 def keep_params_nonnegative() -> GradientTransformation:
     r"""Change the updates so that the parameters stay >= 0 once they are applied.
 

@@ -6,6 +6,7 @@ import jax
 
 from .._base._checks import check_non_negative, expect_state
 from .._base._numerics import safe_increment, value_at, zero_count
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, require_params, with_nones_of
 from ..tree import assert_same_structure
@@ -17,6 +18,7 @@ class WeightDecayState(NamedTuple):
     count: jax.Array  # type: ignore[assignment]  # int32, saturating
 
 
+@recorded
 def weight_decay(rate: ScalarOrSchedule, mask: MaskOrFn | None = None) -> GradientTransformation:
     r"""Add the decayed parameters to the updates.
 
@@ -69,6 +71,7 @@ def weight_decay(rate: ScalarOrSchedule, mask: MaskOrFn | None = None) -> Gradie
     return GradientTransformation(init, update)
 
 
+@recorded
 def weight_decay_by_lr_ratio(
     rate: ScalarOrSchedule,
     learning_rate: ScalarOrSchedule,

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from .._base._checks import check_non_negative, check_positive, check_scalar
 from .._base._numerics import safe_norm, wide_float, widen
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, Params, Updates
 from ..core._transformation import GradientTransformation, require_params
 from ..state._buffers import check_float_dtype
@@ -32,6 +33,7 @@ def _concrete(p: Any) -> Any:
     return zeros_like(p) if isinstance(p, jax.ShapeDtypeStruct) else p
 
 
+@recorded
 def scale_by_distance_over_gradients(
     reps_rel: ArrayLike = 1e-6,
     eps: ArrayLike = 1e-8,

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from .._base._checks import concrete
 from .._base._numerics import widen
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, Updates
 from ..core._transformation import GradientTransformation
 from ..state._buffers import check_float_dtype
@@ -66,6 +67,7 @@ def _check_dtypes(who: str, slot_dtype: Any, names: list[str]) -> dict[str, Any]
     return {name: slot_dtype.get(name) for name in names}
 
 
+@recorded
 def elementwise(
     rule: Callable[..., Any],
     slots: Mapping[str, ArrayLike] | None = None,

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from .._base._checks import concrete
 from .._base._numerics import abs_sq, bias_correction
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation, monitored_value
 from ..state._quantize import MomentDType
@@ -27,6 +28,7 @@ class ScaleByEveState(NamedTuple):
     f_hat: jax.Array  # float32 scalar: the smoothed loss (minus f_star); 0 before the first step
 
 
+@recorded
 def scale_by_eve(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.999,

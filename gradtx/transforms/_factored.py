@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_int, check_non_negative
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation
 from ..tree import assert_same_structure, map_split
@@ -48,6 +49,7 @@ def _drop_axis(shape: tuple[int, ...], axis: int) -> tuple[int, ...]:
     return shape[:axis] + shape[axis + 1 :]
 
 
+@recorded
 def scale_by_factored_rms(
     factored: bool = True,
     decay_rate: ArrayLike = 0.8,

@@ -8,6 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from .._base._recipe import recorded
 from .._base._typing import PyTree
 from ..core._transformation import GradientTransformation, as_transformation, forward_extra_args
 
@@ -34,6 +35,7 @@ def _split_like(like: PyTree, flat: jax.Array) -> PyTree:
     return jax.tree.unflatten(treedef, out)
 
 
+@recorded
 def flatten(inner: GradientTransformation) -> GradientTransformation:
     r"""Run `inner` on one vector: all updates (and params) raveled and concatenated.
 

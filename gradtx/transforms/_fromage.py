@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from .._base._checks import check_bool, check_non_negative, concrete
 from .._base._introspect import register
 from .._base._numerics import last_used
+from .._base._recipe import recorded
 from .._base._typing import ScalarOrSchedule
 from ..core._transformation import GradientTransformation
 from ..tree import assert_same_structure
@@ -28,6 +29,7 @@ def _factors(lr: Any) -> tuple[Any, Any]:
     return step, jnp.where(positive, (1 - mult) / jnp.where(positive, step, 1.0), 0.0)
 
 
+@recorded
 def scale_by_learning_rate_and_shrink(
     learning_rate: ScalarOrSchedule, *, flip_sign: bool = True
 ) -> GradientTransformation:

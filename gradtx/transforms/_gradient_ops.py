@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from .._base._checks import check_non_negative, check_positive
 from .._base._numerics import key_data, safe_increment, widen, zero_count
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Seed
 from ..core._transformation import GradientTransformation, stateless
 
@@ -18,6 +19,7 @@ class AddNoiseState(NamedTuple):
     rng_key: jax.Array  # raw PRNG key data (uint32), as `jax.random.key_data` returns it
 
 
+@recorded
 def add_noise(
     eta: ArrayLike,
     gamma: ArrayLike = 0.55,
@@ -91,6 +93,7 @@ def add_noise(
     return GradientTransformation(init, update)
 
 
+@recorded
 def centralize() -> GradientTransformation:
     r"""Subtract from each update its mean over all axes but the first (gradient centralization).
 

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from .._base._checks import check_bool, check_int
 from .._base._explicit import auto_partitioned
 from .._base._numerics import safe_increment, wide_float, widen, zero_count
+from .._base._recipe import recorded
 from .._base._typing import Params, PyTree, Updates
 from ..core._transformation import GradientTransformation, require_params
 from ..tree import assert_same_structure, norm, zeros_like
@@ -137,6 +138,7 @@ def _lbfgs_step(
     return new_updates, new_state
 
 
+@recorded
 def scale_by_lbfgs(
     memory_size: int = 10, scale_init_precond: bool = True
 ) -> GradientTransformation:

@@ -14,6 +14,7 @@ from .._base._checks import (
     check_non_negative,
     check_positive,
 )
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation, require_params
 from ..tree import add_scale, assert_same_structure, cast_like, zeros_like
@@ -69,6 +70,7 @@ class _Search(NamedTuple):
     count: jax.Array  # type: ignore[assignment]  # objective evaluations so far
 
 
+@recorded
 def scale_by_backtracking_linesearch(
     max_backtracking_steps: int,
     slope_rtol: ArrayLike = 1e-4,

@@ -15,6 +15,7 @@ from .._base._checks import (
     check_one_of,
     check_positive,
 )
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation, require_params
 from ..tree import add_scale, assert_same_structure, cast_like, where, zeros_like
@@ -118,6 +119,7 @@ def _zoom_trial(low: _Point, high: _Point, ref: _Point) -> jax.Array:
     return jnp.where(~use_cubic & ~use_quad, (low.stepsize + high.stepsize) / 2.0, middle)
 
 
+@recorded
 def scale_by_zoom_linesearch(
     max_linesearch_steps: int,
     max_learning_rate: ArrayLike | None = None,

@@ -7,6 +7,7 @@ import jax
 
 from .._base._checks import check_in_range
 from .._base._numerics import widen
+from .._base._recipe import recorded
 from .._base._typing import DType, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation
 from ..state._quantize import MomentDType
@@ -22,6 +23,7 @@ class TraceState(NamedTuple):
     trace: Updates  # the momentum buffer, dtype fixed at init
 
 
+@recorded
 def trace(
     decay: ScalarOrSchedule, nesterov: bool = False, accumulator_dtype: MomentDType | None = None
 ) -> GradientTransformation:
@@ -70,6 +72,7 @@ def _trace(t, *, decay, nesterov):
     return leaf
 
 
+@recorded
 def trace_with_lr(
     learning_rate: ScalarOrSchedule,
     decay: ScalarOrSchedule = 0.9,

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import error_context, expect_state
+from .._base._recipe import recorded
 from .._base._typing import OptState, PyTree, Updates
 from ..core._transformation import (
     GradientTransformation,
@@ -37,6 +38,7 @@ def _zeros_of(shapes: PyTree) -> PyTree:
     return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
+@recorded
 def snapshot(measure_name: str, measure: Callable[[Updates], PyTree]) -> GradientTransformation:
     r"""Pass the updates through and keep `measure(updates)` in the state, under `measure_name`.
 
@@ -95,6 +97,7 @@ def _as_measure(who: str, name: str, measure: Any) -> GradientTransformation:
     return GradientTransformation(tx.init, forward_extra_args(tx.update))
 
 
+@recorded
 def monitor(
     measures: Mapping[str, GradientTransformation | Callable[[Updates], PyTree]],
 ) -> GradientTransformation:

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from .._base._checks import check_int, check_non_negative, check_one_of, check_positive, concrete
 from .._base._numerics import safe_increment
+from .._base._recipe import recorded
 from ..core._transformation import GradientTransformation, monitored_value
 from ._plateau import running_mean
 
@@ -35,6 +36,7 @@ class NewbobState(NamedTuple):
     avg_value: jax.Array  # float32, their mean
 
 
+@recorded
 def newbob(
     mode: str = "relative",
     *,

@@ -6,11 +6,13 @@ import jax
 
 from .._base._checks import check_non_negative, check_scalar
 from .._base._numerics import widen
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike
 from ..core._transformation import GradientTransformation, stateless
 from ..tree import norm
 
 
+@recorded
 def normalize_by_update_norm(
     scale_factor: ArrayLike = 1.0, eps: ArrayLike = 1e-6
 ) -> GradientTransformation:

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from .._base._checks import check_scalar
 from .._base._numerics import widen
+from .._base._recipe import recorded
 from .._base._typing import ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation
 from ._rule import rule, slot
@@ -21,6 +22,7 @@ class ScaleByOptimisticGradientState(NamedTuple):
     prev_grad: Updates  # the last incoming update g_{t-1}
 
 
+@recorded
 def scale_by_optimistic_gradient(
     alpha: ScalarOrSchedule = 1.0, beta: ScalarOrSchedule = 1.0
 ) -> GradientTransformation:

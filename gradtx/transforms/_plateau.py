@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from .._base._checks import check_in_range, check_int, check_non_negative
 from .._base._numerics import safe_increment
+from .._base._recipe import recorded
 from ..core._transformation import GradientTransformation, monitored_value
 
 _INF = float("inf")
@@ -38,6 +39,7 @@ def running_mean(count: jax.Array, mean: jax.Array, value: jax.Array) -> tuple[j
     return count, mean + (value - mean) / count.astype(jnp.float32)
 
 
+@recorded
 def reduce_on_plateau(
     factor: float = 0.1,
     patience: int = 10,

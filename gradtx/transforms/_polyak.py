@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._base._checks import check_non_negative, check_one_of, check_scalar
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike
 from ..core._transformation import GradientTransformation
 from ..tree import norm
@@ -18,6 +19,7 @@ POLYAK_VARIANTS = ("sps", "sps+")
 _TINY = float(np.finfo(np.float64).eps)
 
 
+@recorded
 def scale_by_polyak(
     f_min: ArrayLike = 0.0,
     max_learning_rate: ArrayLike = 1.0,

@@ -12,6 +12,7 @@ from .._base._checks import (
     concrete,
 )
 from .._base._numerics import widen
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation
 from ._rule import rule, slot
@@ -24,6 +25,7 @@ class ScaleByRpropState(NamedTuple):
     prev_updates: Updates  # the last update (0 where the gradient's sign flipped)
 
 
+@recorded
 def scale_by_rprop(
     learning_rate: ArrayLike,
     eta_minus: ArrayLike = 0.5,

@@ -9,11 +9,13 @@ import jax.numpy as jnp
 from .._base._checks import check_non_negative, check_positive, check_scalar, concrete
 from .._base._introspect import register
 from .._base._numerics import abs_sq, last_used, safe_increment, value_at, zero_count
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, ScalarOrSchedule, Schedule
 from ..core._transformation import GradientTransformation, stateless
 from ._elementwise import elementwise
 
 
+@recorded
 def scale(step_size: ArrayLike) -> GradientTransformation:
     r"""Multiply every update by a constant.
 
@@ -64,6 +66,7 @@ def _scale_by_step_value(
     return register(GradientTransformation(init, update), "leaf", report=report)
 
 
+@recorded
 def scale_by_schedule(step_size_fn: Schedule) -> GradientTransformation:
     r"""Multiply every update by a function of the step count.
 
@@ -84,6 +87,7 @@ def scale_by_schedule(step_size_fn: Schedule) -> GradientTransformation:
     return _scale_by_step_value("scale_by_schedule", "step_size_fn", step_size_fn, 1.0)
 
 
+@recorded
 def scale_by_learning_rate(
     learning_rate: ScalarOrSchedule, *, flip_sign: bool = True
 ) -> GradientTransformation:
@@ -137,6 +141,7 @@ def lr_ratio(
     )
 
 
+@recorded
 def normalize(eps: ArrayLike = 1e-12) -> GradientTransformation:
     r"""Divide each gradient leaf by its L2 norm.
 

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from .._base._checks import check_one_of, check_positive
 from .._base._numerics import widen
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation
 from ..state._quantize import MomentDType
@@ -26,6 +27,7 @@ class ScaleByLionState(NamedTuple):
     mu: Updates  # the momentum (EMA of g with decay b2), dtype mu_dtype or the params'
 
 
+@recorded
 def scale_by_sign() -> GradientTransformation:
     r"""Replace every update by its sign.
 
@@ -42,6 +44,7 @@ def scale_by_sign() -> GradientTransformation:
     return stateless(lambda updates, params: jax.tree.map(jnp.sign, updates))
 
 
+@recorded
 def scale_by_lion(
     b1: ArrayLike = 0.9,
     b2: ArrayLike = 0.99,
@@ -107,6 +110,7 @@ def _lion(t, *, b1, b2, mode, smooth_beta):
     return leaf
 
 
+@recorded
 def scale_by_sign_agreement(
     beta1: ArrayLike = 0.9, decrease_factor: ArrayLike = 0.1, *, mu_dtype: MomentDType | None = None
 ) -> GradientTransformation:

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_in_range, check_non_negative
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation
 from ..tree import assert_same_structure, zeros_like
@@ -31,6 +32,7 @@ def _axis_accumulators(p) -> list:
     return [jnp.zeros((n,), dtype) for n in shape]
 
 
+@recorded
 def scale_by_sm3(
     b1: ArrayLike = 0.9, b2: ArrayLike = 1.0, eps: ArrayLike = 1e-8
 ) -> GradientTransformation:

@@ -10,12 +10,14 @@ import jax.numpy as jnp
 
 from .._base._checks import check_non_negative, check_positive, concrete
 from .._base._numerics import safe_increment, safe_norm, safe_rms, value_at, widen, zero_count
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, ScalarOrSchedule
 from ..core._transformation import GradientTransformation, require_params, stateless_with_params
 from ..tree import assert_same_structure
 from ..tree._patterns import MaskOrFn
 
 
+@recorded
 def scale_by_trust_ratio(
     min_norm: ArrayLike = 0.0,
     trust_coefficient: ArrayLike = 1.0,
@@ -77,6 +79,7 @@ def _scale_by_param_size(who: str, size_fn, min_scale: ArrayLike) -> GradientTra
     return stateless_with_params(who, lambda g, p: (g * size_fn(p, min_scale)).astype(g.dtype))
 
 
+@recorded
 def scale_by_param_block_rms(min_scale: ArrayLike = 1e-3) -> GradientTransformation:
     r"""Multiply each leaf's update by the root mean square of its parameters.
 
@@ -97,6 +100,7 @@ def scale_by_param_block_rms(min_scale: ArrayLike = 1e-3) -> GradientTransformat
     return _scale_by_param_size("scale_by_param_block_rms", safe_rms, min_scale)
 
 
+@recorded
 def scale_by_param_block_norm(min_scale: ArrayLike = 1e-3) -> GradientTransformation:
     r"""Multiply each leaf's update by the L2 norm of its parameters.
 
@@ -119,6 +123,7 @@ class ScaleByLarsTrustRatioState(NamedTuple):
     count: jax.Array  # type: ignore[assignment]  # int32, saturating (for a decay schedule)
 
 
+@recorded
 def scale_by_lars_trust_ratio(
     weight_decay: ScalarOrSchedule = 0.0,
     coefficient: ArrayLike = 1e-3,
@@ -182,6 +187,7 @@ def scale_by_lars_trust_ratio(
     return GradientTransformation(init, update)
 
 
+@recorded
 def scale_by_lamb_trust_ratio(
     gamma_l: ArrayLike = 0.0, gamma_u: ArrayLike = 10.0, eps: ArrayLike = 1e-6
 ) -> GradientTransformation:

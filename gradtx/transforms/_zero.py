@@ -9,9 +9,11 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_bool
+from .._base._recipe import recorded
 from ..core._transformation import GradientTransformation, stateless
 
 
+@recorded
 def set_to_zero() -> GradientTransformation:
     r"""Replace every update by zeros of its shape and dtype, so the parameters stay unchanged.
 
@@ -37,6 +39,7 @@ class ZeroNansState(NamedTuple):
     found_nan: Any
 
 
+@recorded
 def zero_nans(*, non_finite: bool = False) -> GradientTransformation:
     r"""Replace the NaN elements of the updates by 0, and record which leaves had any.
 

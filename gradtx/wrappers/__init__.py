@@ -28,6 +28,9 @@ from ._ema import measure_with_ema as measure_with_ema
 from ._finite import ApplyIfFiniteLocatedState as ApplyIfFiniteLocatedState
 from ._finite import ApplyIfFiniteState as ApplyIfFiniteState
 from ._finite import apply_if_finite as apply_if_finite
+from ._hyperparameters import hyperparameter_names as hyperparameter_names
+from ._hyperparameters import hyperparameters as hyperparameters
+from ._hyperparameters import with_hyperparameters as with_hyperparameters
 from ._inject import InjectHyperparamsState as InjectHyperparamsState
 from ._inject import inject_hyperparams as inject_hyperparams
 from ._inject_stateful import InjectStatefulHyperparamsState as InjectStatefulHyperparamsState
@@ -51,6 +54,12 @@ from ._periodic import ApplyEvery as ApplyEvery
 from ._periodic import ApplyEveryState as ApplyEveryState
 from ._periodic import apply_every as apply_every
 from ._periodic import periodic_update as periodic_update
+from ._population import PopulationState as PopulationState
+from ._population import population as population
+from ._population import population_exploit_explore as population_exploit_explore
+from ._population import population_hyperparameters as population_hyperparameters
+from ._population import population_member as population_member
+from ._population import sweep as sweep
 from ._project import box as box
 from ._project import l2_ball as l2_ball
 from ._project import non_negative as non_negative
@@ -81,6 +90,7 @@ __all__ = [
     "MultiStepsState",
     "MultiTransformState",
     "PartitionState",
+    "PopulationState",
     "ShouldSkipUpdateFunction",
     "SkipOnSpikesState",
     "StatefulSchedule",
@@ -95,6 +105,8 @@ __all__ = [
     "ema",
     "ema_params",
     "freeze",
+    "hyperparameter_names",
+    "hyperparameters",
     "inject_hyperparams",
     "inject_stateful_hyperparams",
     "l2_ball",
@@ -107,10 +119,16 @@ __all__ = [
     "non_negative",
     "partition",
     "periodic_update",
+    "population",
+    "population_exploit_explore",
+    "population_hyperparameters",
+    "population_member",
     "project",
     "scale_gradient_by",
     "selective_transform",
     "skip_large_updates",
     "skip_not_finite",
     "skip_on_spikes",
+    "sweep",
+    "with_hyperparameters",
 ]

@@ -41,6 +41,7 @@ import jax.numpy as jnp
 
 from .._base._checks import check_bool, check_int, error_context, expect_state
 from .._base._numerics import safe_increment, widen, zero_count
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, OptState, Params, Updates
 from ..core._transformation import GradientTransformation, as_transformation, forward_extra_args
 from ..state._buffers import check_float_dtype
@@ -56,6 +57,7 @@ class AccumulateState(NamedTuple):
     skip_state: Any = ()  # what `should_skip_update_fn` returned last (() without one)
 
 
+@recorded
 def accumulate_k_steps(
     tx: GradientTransformation,
     k: int,

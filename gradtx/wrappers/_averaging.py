@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_bool, check_in_range, check_int, error_context, expect_state
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, OptState, Params
 from ..core._transformation import GradientTransformation, as_transformation, forward_extra_args
 from ..transforms._tier import (
@@ -28,6 +29,7 @@ class EmaParamsState(NamedTuple):
     ema: Params  # the moving average of the parameters (debiased when debias=True)
 
 
+@recorded
 def ema_params(
     decay: ArrayLike, *, debias: bool = True, dtype: DType | None = None
 ) -> GradientTransformation:
@@ -112,6 +114,7 @@ class LookaheadParams(NamedTuple):
         return cls(fast=params, slow=params)
 
 
+@recorded
 def lookahead(
     tx: GradientTransformation,
     sync_period: int,

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 
 from .._base._checks import check_bool, check_non_negative, error_context, expect_state
 from .._base._numerics import safe_increment, zero_count
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, OptState, Params, Updates
 from ..core._transformation import GradientTransformation, as_transformation
 from ..core._transformation import forward_extra_args as _accepting_extra_args
@@ -96,6 +97,7 @@ def _conditional(who: str, inner, should_transform_fn, forward_extra_args: bool,
     return register_wrapper(GradientTransformation(init, update), inner)
 
 
+@recorded
 def conditionally_transform(
     inner: GradientTransformation,
     should_transform_fn: ConditionFn | Callable[..., ArrayLike],
@@ -128,6 +130,7 @@ def conditionally_transform(
     )
 
 
+@recorded
 def conditionally_mask(
     inner: GradientTransformation,
     should_transform_fn: ConditionFn | Callable[..., ArrayLike],

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_in_range
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, PyTree, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..transforms._tier import (
@@ -52,6 +53,7 @@ def _zeros(tree: PyTree, accumulator_dtype: Any) -> PyTree:
     return jax.tree.map(leaf, tree)
 
 
+@recorded
 def ema(
     decay: ArrayLike, debias: bool = True, accumulator_dtype: DType | None = None
 ) -> GradientTransformation:
@@ -113,6 +115,7 @@ def ema(
     return GradientTransformation(init, update)
 
 
+@recorded
 def measure_with_ema(
     measure: Callable[[Updates], PyTree],
     decay: ArrayLike,

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from .._base._checks import check_bool, check_int, expect_state
 from .._base._introspect import register
 from .._base._numerics import safe_increment, zero_count
+from .._base._recipe import recorded
 from .._base._typing import OptState
 from ..core._transformation import (
     GradientTransformation,
@@ -45,6 +46,7 @@ def _all_finite(tree) -> jax.Array:
     return ok
 
 
+@recorded
 def apply_if_finite(
     tx: GradientTransformation, max_consecutive_errors: int, *, locate_nonfinite: bool = False
 ) -> GradientTransformation:

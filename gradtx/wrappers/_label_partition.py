@@ -11,6 +11,7 @@ from collections.abc import Callable, Hashable, Mapping
 import jax
 
 from .._base._checks import check_bool, error_context
+from .._base._recipe import recorded
 from .._base._typing import PyTree
 from ..core._transformation import GradientTransformation, as_transformation
 from ..core._transformation import forward_extra_args as _accepting_extra_args
@@ -42,6 +43,7 @@ def _mask_extra_args(tx: GradientTransformation) -> GradientTransformation:
     return GradientTransformation(tx.init, update)
 
 
+@recorded
 def partition(
     transforms: Mapping[Hashable, GradientTransformation],
     param_labels: PyTree | Callable[[PyTree], PyTree],

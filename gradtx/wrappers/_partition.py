@@ -24,6 +24,7 @@ from jax.tree_util import DictKey, GetAttrKey
 
 from .._base._checks import HyperparameterError, did_you_mean, error_context, expect_state
 from .._base._introspect import register
+from .._base._recipe import recorded
 from .._base._typing import OptState, Params, PyTree
 from ..core._transformation import (
     EmptyState,
@@ -174,6 +175,7 @@ def _looks_like_globs(spec: Any) -> bool:
     )
 
 
+@recorded
 def multi_transform(
     transforms: Mapping[Hashable, GradientTransformation],
     param_labels: PyTree | Callable[[Params], PyTree],
@@ -337,6 +339,7 @@ def multi_transform(
 # --------------------------------------------------------------------------------------------
 
 
+@recorded
 def masked(
     tx: GradientTransformation, mask: MaskOrFn, *, strict: bool = True
 ) -> GradientTransformation:
@@ -389,6 +392,7 @@ def masked(
     return register_wrapper(GradientTransformation(init, update), tx)
 
 
+@recorded
 def freeze(
     mask: MaskOrFn, *, tx: GradientTransformation | None = None, strict: bool = True
 ) -> GradientTransformation:
@@ -491,6 +495,7 @@ def _stateless_factors(who: str, rules, default, strict) -> GradientTransformati
     )
 
 
+@recorded
 def lr_multipliers(
     rules: Mapping[str, float],
     default: float = 1.0,
@@ -554,6 +559,7 @@ def lr_multipliers(
     return register_wrapper(GradientTransformation(init, update), tx)
 
 
+@recorded
 def scale_gradient_by(
     rules: Mapping[str, float], default: float = 1.0, *, strict: bool = True
 ) -> GradientTransformation:

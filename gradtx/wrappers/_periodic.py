@@ -10,6 +10,7 @@ import numpy as np
 
 from .._base._checks import HyperparameterError, concrete, expect_state
 from .._base._numerics import safe_increment, widen, zero_count
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Params, Updates
 from ..core._transformation import GradientTransformation
 from ..tree import assert_same_structure, map_split, zeros_like
@@ -38,6 +39,7 @@ class ApplyEvery(NamedTuple):
 ApplyEveryState = ApplyEvery  # gradtx's earlier name of the same class
 
 
+@recorded
 def apply_every(k: ArrayLike = 1) -> GradientTransformation:
     r"""Sum the gradients over `k` steps and emit the sum every `k`-th step (zeros otherwise).
 

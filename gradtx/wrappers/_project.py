@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_positive
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Params, PyTree
 from ..core._transformation import GradientTransformation, require_params, stateless
 from ..projections._projections import bound_tree, check_bounds, clip_leaf, projection_l2_ball
@@ -32,6 +33,7 @@ def _projection(who: str, leaf_fn: Callable[..., Any]) -> GradientTransformation
     return stateless(fn)
 
 
+@recorded
 def project(fn: Callable[[Params], Params]) -> GradientTransformation:
     r"""Replace each update so that the new parameters are the projection of `params + update`.
 
@@ -105,6 +107,7 @@ def _box(who: str, lower: Any, upper: Any) -> GradientTransformation:
     return _projection(who, apply)
 
 
+@recorded
 def box(lower: ArrayLike | PyTree, upper: ArrayLike | PyTree) -> GradientTransformation:
     r"""Keep every parameter element within `[lower, upper]`.
 
@@ -128,6 +131,7 @@ def box(lower: ArrayLike | PyTree, upper: ArrayLike | PyTree) -> GradientTransfo
     return _box("box", lower, upper)
 
 
+@recorded
 def non_negative() -> GradientTransformation:
     r"""Keep every parameter element >= 0: :math:`u' = \max(w + u, 0) - w`.
 
@@ -139,6 +143,7 @@ def non_negative() -> GradientTransformation:
     return _box("non_negative", 0.0, jnp.inf)
 
 
+@recorded
 def l2_ball(radius: ArrayLike = 1.0) -> GradientTransformation:
     r"""Keep the parameters (all leaves together) within the L2 ball of `radius` around 0.
 

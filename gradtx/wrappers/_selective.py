@@ -9,6 +9,7 @@ import jax
 import numpy as np
 
 from .._base._checks import error_context
+from .._base._recipe import recorded
 from .._base._typing import PyTree
 from ..core._transformation import GradientTransformation, as_transformation
 from ..transforms._zero import set_to_zero
@@ -29,6 +30,7 @@ def _label(who: str, flag: Any) -> str:
     return "freeze" if bool(arr) else "train"
 
 
+@recorded
 def selective_transform(
     optimizer: GradientTransformation, *, freeze_mask: bool | PyTree
 ) -> GradientTransformation:

@@ -14,6 +14,7 @@ from .._base._checks import (
     expect_state,
 )
 from .._base._numerics import safe_increment, zero_count
+from .._base._recipe import recorded
 from .._base._typing import ArrayLike, OptState
 from ..core._transformation import (
     GradientTransformation,
@@ -47,6 +48,7 @@ def _report(state: Any) -> dict[str, jax.Array]:
     }
 
 
+@recorded
 def skip_on_spikes(
     tx: GradientTransformation,
     *,
