@@ -48,14 +48,17 @@ def remember(obj: Any, recipe: Recipe) -> Any:
     if holder is not None:
         # an object without attributes (a bound method) stays opaque: its numbers are constants
         with contextlib.suppress(AttributeError, TypeError):
-            setattr(holder, _ATTRIBUTE, recipe)
+            setattr(holder, _ATTRIBUTE, (id(holder), recipe))
     return obj
 
 
 def recipe_of(obj: Any) -> Recipe | None:
-    """The `Recipe` `obj` was built by, or None."""
+    """The `Recipe` `obj` was built by, or None. A record copied onto another function (by
+    `functools.wraps`, which copies a function's attributes to its wrapper) is not the
+    wrapper's: the record names the object it was attached to."""
     holder = _holder(obj)
-    return None if holder is None else getattr(holder, _ATTRIBUTE, None)
+    owner, recipe = getattr(holder, _ATTRIBUTE, (None, None))
+    return recipe if owner == id(holder) else None
 
 
 def _passed_through(result: Any, arguments: Any) -> bool:

@@ -21,9 +21,9 @@ Every number a schedule is built from may be traced, step counts and boundaries 
 `gradtx.hyperparameters(schedule)`, so a new value never recompiles): the construction checks
 that need the number are skipped for a traced one, and what a concrete value decides at
 construction (Optax's constant fallbacks, nnabla's worker-count rules, `sgdr`'s cycles) is
-computed with `jnp.where` instead. The boundaries of `piecewise_constant` and
-`piecewise_interpolate` are the keys of a dict, so only their scales can be traced (`join` and
-`multistep` take boundaries as a list, which can).
+computed with `jnp.where` instead. The `{step: scale}` dict of `piecewise_constant` and
+`piecewise_interpolate` is read back as `[[step, scale], ...]` pairs in increasing step order
+(a dict key cannot be traced), and the schedule is rebuilt from the pairs, which both take.
 
 Schedules are stateless; the plateau-driven scalings `gradtx.reduce_on_plateau` and
 `gradtx.newbob` are transformations (they need the loss as `value=`) and live with them. `plot`

@@ -18,6 +18,7 @@ from .._base._recipe import recorded
 from .._base._typing import ArrayLike
 from ._common import (
     NamedSchedule,
+    as_boundaries_and_scales,
     check_boundaries_and_scales,
     check_sorted_steps,
     check_steps,
@@ -270,7 +271,8 @@ def exponential_decay(
 
 @recorded(schedule=True)
 def piecewise_constant(
-    init_value: ArrayLike, boundaries_and_scales: Mapping[int, float] | None = None
+    init_value: ArrayLike,
+    boundaries_and_scales: Mapping[int, float] | Sequence[tuple[int, float]] | None = None,
 ) -> NamedSchedule:
     r"""Piecewise constant: `init_value` multiplied by every scale whose boundary has passed.
 
@@ -279,7 +281,8 @@ def piecewise_constant(
     Args:
       init_value: :math:`I`.
       boundaries_and_scales: a dict `{b_i: s_i}` of integer steps >= 0 and scales >= 0 (in any
-        order, as in Optax). The scales may be traced, the steps (keys) may not.
+        order, as in Optax), or a list of `(b_i, s_i)` pairs. Scales and steps may be traced
+        (`gradtx.with_hyperparameters` passes a dict's items as pairs, in increasing order).
 
     Returns:
       A schedule `step -> float32`.
@@ -298,7 +301,7 @@ def piecewise_constant(
         init = f32(init_value)
         if not bounds:
             return jnp.broadcast_to(init, step.shape)
-        b = jnp.asarray(bounds, jnp.int32)
+        b = int32s(bounds)
         s = jnp.asarray(scales, jnp.float32)
         factors = jnp.where(step[..., None] >= b, s, 1.0)
         return init * jnp.prod(factors, axis=-1)
@@ -307,7 +310,7 @@ def piecewise_constant(
         "piecewise_constant",
         fn,
         init_value=init_value,
-        boundaries_and_scales=dict(zip(bounds, scales, strict=True)),
+        boundaries_and_scales=as_boundaries_and_scales(bounds, scales),
     )
 
 
@@ -315,7 +318,7 @@ def piecewise_constant(
 def piecewise_interpolate(
     interpolate_type: str,
     init_value: ArrayLike,
-    boundaries_and_scales: Mapping[int, float] | None = None,
+    boundaries_and_scales: Mapping[int, float] | Sequence[tuple[int, float]] | None = None,
 ) -> NamedSchedule:
     r"""Interpolate (linearly or along a half cosine) between values set at boundaries.
 
@@ -328,7 +331,8 @@ def piecewise_interpolate(
     Args:
       interpolate_type: "linear" or "cosine".
       init_value: :math:`I`.
-      boundaries_and_scales: a dict `{b_i: s_i}` of integer steps >= 0 and scales.
+      boundaries_and_scales: a dict `{b_i: s_i}` of integer steps >= 0 and scales, or a list
+        of `(b_i, s_i)` pairs (both may be traced, as in `piecewise_constant`).
 
     Returns:
       A schedule `step -> float32`.
@@ -352,7 +356,7 @@ def piecewise_interpolate(
         fn,
         interpolate_type=interpolate_type,
         init_value=init_value,
-        boundaries_and_scales=dict(zip(bounds, scales, strict=True)),
+        boundaries_and_scales=as_boundaries_and_scales(bounds, scales),
     )
 
 

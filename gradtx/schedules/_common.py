@@ -181,24 +181,36 @@ def check_sorted_steps(who: str, name: str, values: Sequence[Any], *, strict: bo
 
 
 def check_boundaries_and_scales(
-    who: str, boundaries_and_scales: Mapping[Any, Any] | None, *, non_negative_scales: bool = True
-) -> tuple[list[int], list[float]]:
-    """A `{step: scale}` mapping as (sorted steps, scales); steps must be integers >= 0. The
-    steps are the mapping's keys, never traced; a traced scale is kept as it is, unchecked."""
+    who: str,
+    boundaries_and_scales: Mapping[Any, Any] | Sequence[tuple[Any, Any]] | None,
+    *,
+    non_negative_scales: bool = True,
+) -> tuple[list[Any], list[Any]]:
+    """A `{step: scale}` mapping, or a sequence of `(step, scale)` pairs, as (sorted steps,
+    scales); steps must be integers >= 0. A traced scale or step is kept as it is, unchecked;
+    with a traced step (pairs only: a dict key cannot be traced) the pairs are taken in the
+    order given, which must be increasing."""
     if boundaries_and_scales is None:
         return [], []
-    if not isinstance(boundaries_and_scales, Mapping):
+    if isinstance(boundaries_and_scales, Mapping):
+        pairs = list(boundaries_and_scales.items())
+    elif isinstance(boundaries_and_scales, Sequence) and all(
+        isinstance(p, Sequence) and len(p) == 2 for p in boundaries_and_scales
+    ):
+        pairs = [(p[0], p[1]) for p in boundaries_and_scales]
+    else:
         raise ValueError(
-            f"{who}: boundaries_and_scales must be a dict {{step: scale}}, "
-            f"got {type(boundaries_and_scales).__name__}"
+            f"{who}: boundaries_and_scales must be a dict {{step: scale}} or a list of "
+            f"(step, scale) pairs, got {type(boundaries_and_scales).__name__}"
         )
     items = []
-    for step, scale in boundaries_and_scales.items():
+    for step, scale in pairs:
         if isinstance(step, float) and step.is_integer():
             step = int(step)
         check_int(who, f"the boundary {step!r} in boundaries_and_scales", step, minimum=0)
+        step = step if traced(step) else int(step)
         if traced(scale) and scale.ndim == 0:
-            items.append((int(step), scale))
+            items.append((step, scale))
             continue
         arr = concrete(scale)
         if arr is None or arr.ndim != 0:
@@ -211,9 +223,18 @@ def check_boundaries_and_scales(
                 f"{who}: the scale at step {step} in boundaries_and_scales must be >= 0, "
                 f"got {float(arr)!r}"
             )
-        items.append((int(step), float(arr)))
-    items.sort(key=lambda kv: kv[0])
+        items.append((step, float(arr)))
+    if not any(traced(s) for s, _ in items):
+        items.sort(key=lambda kv: kv[0])
     return [s for s, _ in items], [v for _, v in items]
+
+
+def as_boundaries_and_scales(bounds: list[Any], scales: list[Any]) -> Any:
+    """The schedule's `boundaries_and_scales` for its `repr`: a dict, or pairs when a step is
+    traced (a dict key cannot be)."""
+    if any(traced(b) for b in bounds):
+        return list(zip(bounds, scales, strict=True))
+    return dict(zip(bounds, scales, strict=True))
 
 
 def number(who: str, name: str, value: Any) -> Any:

@@ -47,6 +47,10 @@ def _is_named_pairs(value: Any) -> bool:
     )
 
 
+def _sorted_items(mapping: dict[Any, Any]) -> list[tuple[Any, Any]]:
+    return sorted(mapping.items(), key=lambda kv: float(kv[0]))
+
+
 def _numbers_of(value: Any, param: inspect.Parameter | None, schedule: bool) -> Any:
     """The hyperparameter tree of one argument value, or None when it holds no numbers."""
     recipe = recipe_of(value)
@@ -58,6 +62,14 @@ def _numbers_of(value: Any, param: inspect.Parameter | None, schedule: bool) -> 
             return named if any(v is not None for v in named.values()) else None
         items = [_numbers_of(v, param, schedule) for v in value]
         return items if any(v is not None for v in items) else None
+    if isinstance(value, dict) and value and all(_is_number(k) for k in value):
+        # `{step: scale}` (piecewise schedules): the keys are numbers too, so the tree holds
+        # `[[key, value], ...]` in increasing key order, and the factory is given the pairs
+        pairs = [
+            [_numbers_of(k, param, schedule), _numbers_of(v, param, schedule)]
+            for k, v in _sorted_items(value)
+        ]
+        return pairs if any(x is not None for pair in pairs for x in pair) else None
     if isinstance(value, dict):
         entries = {k: _numbers_of(v, param, schedule) for k, v in value.items()}
         return entries if any(v is not None for v in entries.values()) else None
@@ -135,6 +147,11 @@ def _replaced(value: Any, new: Any) -> Any:
         if isinstance(new, dict):  # named pairs
             return type(value)((name, _replaced(v, new.get(name))) for name, v in value)
         return type(value)(_replaced(v, n) for v, n in zip(value, new, strict=True))
+    if isinstance(value, dict) and isinstance(new, list):  # number keys: given as pairs
+        return [
+            (_replaced(k, n[0]), _replaced(v, n[1]))
+            for (k, v), n in zip(_sorted_items(value), new, strict=True)
+        ]
     if isinstance(value, dict):
         return {k: _replaced(v, new.get(k)) for k, v in value.items()}
     return new

@@ -35,7 +35,12 @@ def _match(who: str, names: list[str], key: str) -> list[int]:
     found = [i for i, n in enumerate(names) if n == key or n.endswith("/" + key)]
     if not found:  # a subtree with one number in it (dog's init_step: ("heuristic", 1e-6))
         inside = [i for i, n in enumerate(names) if n.startswith(key + "/") or f"/{key}/" in n]
-        found = inside if len(inside) == 1 else []
+        if len(inside) > 1:
+            raise KeyError(
+                f"{who}: {key!r} holds several numbers (a schedule or a transformation): name "
+                f"one of {[names[i] for i in inside]} (or a suffix of it)"
+            )
+        found = inside
     if not found:
         raise KeyError(f"{who}: no hyperparameter is called {key!r}; the names are {names}")
     return found

@@ -239,7 +239,7 @@ INVALID = [
     (lambda: S.exponential_decay(1.0, 10, -0.5), "exponential_decay", "decay_rate"),
     (lambda: S.piecewise_constant(1.0, {5: -0.1}), "piecewise_constant", "5"),
     (lambda: S.piecewise_constant(1.0, {-2: 0.1}), "piecewise_constant", "boundar"),
-    (lambda: S.piecewise_constant(1.0, [(2, 0.1)]), "piecewise_constant", "dict"),
+    (lambda: S.piecewise_constant(1.0, [2, 0.1]), "piecewise_constant", "dict"),
     (lambda: S.piecewise_interpolate("cubic", 1.0, {}), "piecewise_interpolate", "linear"),
     (lambda: S.piecewise_interpolate("linear", 1.0, {5: -0.5}), "piecewise_interpolate", "5"),
     (lambda: S.multistep(1.0, 0.1, [10, 5]), "multistep", "milestones"),
@@ -315,3 +315,15 @@ def test_linear_and_polynomial_hit_their_ends_exactly_under_jit(init, end):
         assert float(jitted(jnp.int32(0))) == pytest.approx(init, abs=1e-7)
         assert float(jitted(jnp.int32(1000))) == np.float32(end)
     assert float(jax.jit(gradtx.schedules.linear(0.0, 0.1, 100))(jnp.int32(0))) == 0.0
+
+
+def test_piecewise_schedules_take_step_scale_pairs_as_well_as_a_dict():
+    """`gradtx.with_hyperparameters` rebuilds them from pairs (a dict key cannot be traced)."""
+    steps = jnp.arange(0, 40)
+    for make in (
+        lambda b: S.piecewise_constant(1.0, b),
+        lambda b: S.piecewise_interpolate("linear", 1.0, b),
+    ):
+        from_dict = make({20: 0.5, 10: 0.1})(steps)
+        from_pairs = make([(10, 0.1), (20, 0.5)])(steps)
+        np.testing.assert_array_equal(from_pairs, from_dict)

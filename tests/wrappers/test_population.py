@@ -94,6 +94,9 @@ def test_sweep_grid_and_zip():
         gradtx.sweep(tx, mode="zip", learning_rate=[1.0, 2.0], b2=[0.9])
     with pytest.raises(KeyError, match=r"no hyperparameter is called 'lr'.*learning_rate"):
         gradtx.sweep(tx, lr=[1.0])
+    scheduled = gradtx.adamw(gradtx.linear_schedule(1.0, 0.0, 10))
+    with pytest.raises(KeyError, match=r"'learning_rate' holds several numbers.*init_value"):
+        gradtx.sweep(scheduled, learning_rate=[1.0, 2.0])
     with pytest.raises(ValueError, match="mode must be 'grid' or 'zip'"):
         gradtx.sweep(tx, mode="product", learning_rate=[1.0])
 
