@@ -49,7 +49,7 @@ CORE = (
     "gradtx/state/",
     "gradtx/tree/",
     "gradtx/transforms/_rule.py",
-    "gradtx/transforms/_tier.py",
+    "gradtx/transforms/_building_blocks.py",
 )
 # What a core change runs besides its own tests and the smoke: the tests of the core layers and
 # of the rules written on the moment tier.

@@ -372,7 +372,7 @@ def test_check_falls_back_to_the_package_tests_and_lists_what_it_cannot_map(tmp_
 def test_check_runs_the_core_set_for_a_core_change_not_the_whole_folder():
     from .check import CORE_TESTS, source_tests
 
-    for path in ("gradtx/core/_transformation.py", "gradtx/transforms/_tier.py"):
+    for path in ("gradtx/core/_transformation.py", "gradtx/transforms/_building_blocks.py"):
         tests = source_tests(path).tests
         assert set(CORE_TESTS) <= tests, path
         assert "tests/transforms/test_zero.py" not in tests  # not tests/transforms whole

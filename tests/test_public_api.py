@@ -99,3 +99,31 @@ def test_init_only_re_exports():
     ]
     # The module docstring's text lines are the only other lines.
     assert all(not line.startswith(("def ", "class ", "import ")) for line in body), body
+
+
+def test_every_public_factory_records_how_it_was_called():
+    """`gradtx.hyperparameters` reads a transformation's numbers from the record its factory
+    attached: a public factory of transformations or schedules is `@recorded` (an alias by
+    `alias_errors`), or its numbers would silently stay constants of the compiled step."""
+    import gradtx.contrib
+    import gradtx.nnabla
+    import gradtx.returnn
+    import gradtx.schedules
+
+    unrecorded = []
+    for module in (gradtx, gradtx.contrib, gradtx.nnabla, gradtx.returnn, gradtx.schedules):
+        names = getattr(module, "__all__", None) or [n for n in dir(module) if n[0] != "_"]
+        for name in names:
+            obj = getattr(module, name)
+            if not inspect.isfunction(obj):
+                continue
+            returns = str(inspect.signature(obj).return_annotation)
+            if "GradientTransformation" not in returns and "Schedule" not in returns:
+                continue
+            if not getattr(obj, "__gradtx_records__", False):
+                unrecorded.append(f"{module.__name__}.{name}")
+    known = {
+        "gradtx.inject_hyperparams",
+        "gradtx.inject_stateful_hyperparams",
+    }  # factories of factories
+    assert sorted(set(unrecorded) - known) == []

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._introspect import copy_description
-from ._recipe import Recipe, remember
+from ._recipe import RECORDS, Recipe, remember
 
 
 def concrete(value: Any) -> np.ndarray | None:
@@ -441,6 +441,7 @@ def alias_errors(
                 tx = copy_description(tx._replace(init=init, update=guarded(tx.update)), tx)
             return remember(tx, Recipe(wrapper, args, kwargs))
 
+        setattr(wrapper, RECORDS, True)
         return wrapper  # type: ignore[return-value]
 
     return decorate if fn is None else decorate(fn)

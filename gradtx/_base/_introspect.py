@@ -1,18 +1,18 @@
 """What a transformation is made of, for the tools that look inside a running optimizer
 (`gradtx.metrics`, `gradtx.with_metrics`).
 
-A `GradientTransformation` is a NamedTuple of two functions and carries no metadata, and a
-state says only part of what a transformation does (a schedule's state is its step count, not
-the schedule). So the combinators (`chain`, the wrappers) and the transforms whose value is not
-in their state register a `Node` here when they are built: a side table keyed by the
-transformation's `update` function, held weakly. Nothing is added to any state, so states,
-checkpoints and Optax interoperability are unchanged; a transformation that registers nothing
-(an Optax one, a hand-written one) is simply opaque: its state's counters are still found.
+A `GradientTransformation` is a NamedTuple of two functions, and a state says only part of what
+a transformation does (a schedule's state is its step count, not the schedule). So the
+combinators (`chain`, the wrappers) and the transforms whose value is not in their state attach
+a `Node` to their `update` function when they are built (an attribute, as `_recipe` attaches
+how they were built). Nothing is added to any state, so states, checkpoints and Optax
+interoperability are unchanged; a transformation that carries nothing (an Optax one, a
+hand-written one) is simply opaque: its state's counters are still found.
 """
 
 from __future__ import annotations
 
-import weakref
+import inspect
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,7 +49,30 @@ class Node:
     removed: Callable[[Any, Any], Any] | None = None
 
 
-_NODES: weakref.WeakKeyDictionary[Any, Node] = weakref.WeakKeyDictionary()
+_NODE = "__gradtx_node__"
+_RUNNER = "__gradtx_runner__"
+
+
+def _where(fn: Any, attribute: str) -> tuple[Any, str]:
+    """Where `fn`'s `attribute` is kept: on `fn`, or for a bound method (made anew at each
+    access: `MultiSteps.update`) on its object, under the method's name."""
+    if inspect.ismethod(fn):
+        return fn.__self__, f"{attribute}{fn.__func__.__name__}"
+    return fn, attribute
+
+
+def _attach(fn: Any, attribute: str, value: Any) -> None:
+    """Attach `value` to the function `fn`, naming its holder as the owner: `functools.wraps`
+    copies a function's attributes to its wrapper, which is another transformation's
+    `update`."""
+    holder, name = _where(fn, attribute)
+    setattr(holder, name, (id(holder), value))
+
+
+def _attached(fn: Any, attribute: str) -> Any:
+    holder, name = _where(fn, attribute)
+    owner, value = getattr(holder, name, (None, None))
+    return value if owner == id(holder) else None
 
 
 def register(
@@ -63,19 +86,19 @@ def register(
     """Record what `tx` is made of (see `Node`) and return `tx` unchanged."""
     if kind not in KINDS:
         raise ValueError(f"register: kind must be one of {KINDS}, got {kind!r}")
-    _NODES[tx.update] = Node(kind, tuple(children), report, removed)
+    _attach(tx.update, _NODE, Node(kind, tuple(children), report, removed))
     return tx
 
 
 def copy_description(new: Any, old: Any) -> Any:
     """Give `new` (a re-wrapping of `old`: same state, same arithmetic, e.g. with errors
     renamed) `old`'s registered node and runner; return `new`."""
-    node = _NODES.get(old.update)
-    runner = _RUNNERS.get(old.update)
+    node = _attached(old.update, _NODE)
+    runner = _attached(old.update, _RUNNER)
     if node is not None:
-        _NODES[new.update] = node
+        _attach(new.update, _NODE, node)
     if runner is not None:
-        _RUNNERS[new.update] = runner
+        _attach(new.update, _RUNNER, runner)
     return new
 
 
@@ -84,7 +107,7 @@ def node_of(tx: Any) -> Node | None:
     update = getattr(tx, "update", None)
     if update is None:
         return None
-    return _NODES.get(update)
+    return _attached(update, _NODE)
 
 
 def at_path(state: Any, key_path: tuple[Any, ...]) -> Any:
@@ -154,18 +177,15 @@ def run_links(
     return updates, new
 
 
-_RUNNERS: weakref.WeakKeyDictionary[Any, Callable[..., Any]] = weakref.WeakKeyDictionary()
-
-
 def register_runner(tx: Any, runner: Callable[..., Any]) -> None:
     """Record how to run the chain `tx` observed: `runner(updates, state, params, extra_args,
     path, observe) -> (updates, state)`."""
-    _RUNNERS[tx.update] = runner
+    _attach(tx.update, _RUNNER, runner)
 
 
 def _runner_of(tx: Any) -> Callable[..., Any] | None:
     update = getattr(tx, "update", None)
-    return None if update is None else _RUNNERS.get(update)
+    return None if update is None else _attached(update, _RUNNER)
 
 
 def observed_update(

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 _ATTRIBUTE = "__gradtx_recipe__"
+#: set on a factory whose results carry their `Recipe` (`recorded`, `alias_errors`)
+RECORDS = "__gradtx_records__"
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,9 +108,10 @@ def recorded(factory: _F | None = None, /, *, schedule: bool = False) -> Any:
                 return result  # an argument given back (or its `update`): it keeps its own
             return remember(result, Recipe(build, args, kwargs, schedule))
 
+        setattr(build, RECORDS, True)
         return build  # type: ignore[return-value]
 
     return decorate if factory is None else decorate(factory)
 
 
-__all__ = ["Recipe", "recipe_of", "recorded", "remember"]
+__all__ = ["RECORDS", "Recipe", "recipe_of", "recorded", "remember"]

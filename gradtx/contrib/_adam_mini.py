@@ -20,9 +20,15 @@ from .._base._recipe import recorded
 from .._base._typing import ArrayLike, MaskOrFn, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..state._quantize import MomentDType, as_leaves
+from ..transforms._building_blocks import (
+    buffer_value,
+    check_moment_dtype,
+    ema,
+    into_buffer_and_value,
+    moment_buffers,
+)
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import check_moment_dtype, ema, moment_buffers, read, stored
 from ..tree import assert_same_structure
 from ..tree._paths import paths
 from ..tree._patterns import resolve_rules
@@ -238,7 +244,7 @@ def scale_by_adam_mini(
 
         def leaf(g, m, v, blk):
             gw = widen(g).astype(jnp.promote_types(g.dtype, jnp.float32))
-            m_buf, m_new = stored(ema(b1, gw, read(m)), m)
+            m_buf, m_new = into_buffer_and_value(ema(b1, gw, buffer_value(m)), m)
             g2 = abs_sq(gw.reshape(blk.view))
             mean = jnp.mean(g2, axis=blk.axes, keepdims=True) if blk.axes else g2
             v_new = ema(b2, mean.astype(v.dtype), v).astype(v.dtype)

@@ -19,10 +19,10 @@ from .._base._typing import ArrayLike, Mask, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..state._quantize import MomentDType
 from ..transforms._adam import CHECKS
+from ..transforms._building_blocks import as_read_back, ema
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._rule import decay, non_negative, rule, slot
 from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import as_stored, ema
 from ..tree import assert_same_structure, map_split, zeros_like
 
 
@@ -236,9 +236,9 @@ def scale_by_simplified_ademamix(
 
         def leaf(g, m, n):
             gw = widen(g)
-            m_new = as_stored(gw + b1 * widen(m), m)
+            m_new = as_read_back(gw + b1 * widen(m), m)
             g2 = abs_sq(gw)
-            n_new = as_stored(g2 + b2 * (widen(n) - g2), n)
+            n_new = as_read_back(g2 + b2 * (widen(n) - g2), n)
             u = (m_new + mix * gw) / (jnp.sqrt(n_new / c2 + eps_root) + eps)
             return u.astype(g.dtype), m_new.astype(m.dtype), n_new.astype(n.dtype)
 

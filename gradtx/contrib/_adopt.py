@@ -12,9 +12,9 @@ from .._base._recipe import recorded
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..state._quantize import MomentDType
+from ..transforms._building_blocks import ema
 from ..transforms._rule import decay, non_negative, rule, slot
 from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import ema
 
 
 class ScaleByAdoptState(NamedTuple):

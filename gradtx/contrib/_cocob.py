@@ -9,9 +9,9 @@ from .._base._numerics import widen
 from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Mask, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain, require_params
+from ..transforms._building_blocks import copy_params
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import copy_params
 from ..tree import assert_same_structure, full_like, map_split, zeros_like
 
 

@@ -109,7 +109,7 @@ def dadapt_adamw(
         def moments(g, m, v, s):
             g32 = widen(g)
             # Optax's order: (1 - beta) * dlr rounds before it scales the gradient (not the
-            # tier's ema of dlr * g); D-Adaptation's estimate amplifies that last bit.
+            # the building blocks' ema of dlr * g); D-Adaptation's estimate amplifies that last bit.
             m_new = beta1 * m + (1 - beta1) * dlr * g32
             v_new = beta2 * v + (1 - beta2) * g32 * g32
             s_new = sb2 * s + (1 - sb2) * dlr * g32

@@ -22,9 +22,14 @@ from .._base._typing import ArrayLike, DType, Mask, Params, ScalarOrSchedule, Se
 from ..core._transformation import GradientTransformation, chain
 from ..state._buffers import check_float_dtype
 from ..state._quantize import MomentDType
+from ..transforms._building_blocks import (
+    buffer_value,
+    check_moment_dtype,
+    into_buffer,
+    moment_buffers,
+)
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import check_moment_dtype, moment_buffers, read, store
 from ..wrappers._partition import multi_transform
 from ._dimension_numbers import (
     is_dimension_numbers,
@@ -289,11 +294,11 @@ def scale_by_dion(
         qs = treedef.flatten_up_to(state.q)
         new_updates, new_m, new_q = [], [], []
         for g, m, q, lay in zip(leaves, ms, qs, lays, strict=True):
-            b = _to_matrices(widen(g), lay) + _to_matrices(widen(read(m)), lay)
+            b = _to_matrices(widen(g), lay) + _to_matrices(widen(buffer_value(m)), lay)
             p, m32, q32 = _dion_step(b, q.astype(jnp.float32), mu, eps)
             u = math.sqrt(lay.fan_out / lay.fan_in) * (p @ _mT(q32))
             new_updates.append(_from_matrices(u, lay, g.shape).astype(g.dtype))
-            new_m.append(store(_from_matrices(m32, lay, g.shape), m))
+            new_m.append(into_buffer(_from_matrices(m32, lay, g.shape), m))
             new_q.append(q32.astype(q.dtype))
         return treedef.unflatten(new_updates), ScaleByDionState(
             count=safe_increment(state.count),

@@ -11,9 +11,9 @@ from .._base._numerics import widen
 from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Mask, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain, identity, require_params
+from ..transforms._building_blocks import copy_params, scalar_dtype
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import copy_params, scalar_dtype
 
 
 def _scaled(factor: jax.Array, updates: Updates) -> Updates:

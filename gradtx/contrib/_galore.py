@@ -20,9 +20,9 @@ from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Mask, OptState, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..transforms._adam import scale_by_adam
+from ..transforms._building_blocks import adam_step_size
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import adam_step_size
 from ._dimension_numbers import is_dimension_numbers, matrix_axes, per_leaf_dimension_numbers
 
 PRECONDITIONER_DTYPES = (jnp.float32, jnp.bfloat16)

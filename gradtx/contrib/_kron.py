@@ -41,16 +41,16 @@ from .._base._typing import (
 )
 from ..core._transformation import GradientTransformation, chain
 from ..state._quantize import MomentDType, as_leaves
-from ..transforms._decay import weight_decay as weight_decay_tx
-from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import (
+from ..transforms._building_blocks import (
+    buffer_value,
     check_float_dtype,
     check_moment_dtype,
     ema,
+    into_buffer_and_value,
     moment_buffers,
-    read,
-    stored,
 )
+from ..transforms._decay import weight_decay as weight_decay_tx
+from ..transforms._scaling import scale_by_learning_rate
 from ..tree import assert_same_structure, broadcast_prefix
 
 MEMORY_SAVE_MODES = (None, "one_diag", "smart_one_diag", "all_diag")
@@ -496,7 +496,7 @@ def scale_by_kron(
 
         mu_bufs, hats = [], []
         for g, m in zip(leaves, mus, strict=True):
-            m_buf, m_new = stored(ema(b1, widen(g), read(m)), m)
+            m_buf, m_new = into_buffer_and_value(ema(b1, widen(g), buffer_value(m)), m)
             mu_bufs.append(m_buf)
             hats.append(jnp.asarray(m_new, jnp.float32) / c1)
         fit_to = hats if momentum_into_preconditioner_update else [widen(g) for g in leaves]

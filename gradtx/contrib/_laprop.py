@@ -12,10 +12,10 @@ from .._base._typing import ArrayLike, Mask, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..state._quantize import MomentDType
 from ..transforms._adam import CHECKS, MOMENTS
+from ..transforms._building_blocks import ema
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._rule import non_negative, rule
 from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import ema
 
 
 class ScaleByLapropState(NamedTuple):

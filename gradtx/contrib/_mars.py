@@ -14,10 +14,10 @@ from .._base._recipe import recorded
 from .._base._typing import ArrayLike, MaskOrFn, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..state._quantize import MomentDType
+from ..transforms._building_blocks import ema
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._rule import decay, non_negative, rule, slot
 from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import ema
 from ..tree._patterns import resolve_mask
 from ..wrappers._partition import multi_transform
 from ._fallback import adam_fallback

@@ -13,7 +13,7 @@ from .._base._numerics import safe_increment, widen, zero_count
 from .._base._recipe import recorded
 from .._base._typing import ArrayLike, OptState, Params
 from ..core._transformation import GradientTransformation, forward_extra_args, require_params
-from ..transforms._tier import copy_params, scalar_dtype
+from ..transforms._building_blocks import copy_params, scalar_dtype
 from ..tree._math import real_vdot
 from ._schedule_free import check_transformation
 

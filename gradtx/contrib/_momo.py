@@ -15,7 +15,7 @@ from .._base._numerics import abs_sq, last_used, safe_increment, value_at, widen
 from .._base._recipe import recorded
 from .._base._typing import ArrayLike, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, require_params
-from ..transforms._tier import ema, loss_value_in, scalar_dtype
+from ..transforms._building_blocks import ema, loss_value_in, scalar_dtype
 from ..tree import assert_same_structure, map_split, norm, zeros_like
 from ..tree._math import real_vdot as vdot
 

@@ -22,9 +22,16 @@ from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Mask, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..state._quantize import MomentDType
+from ..transforms._building_blocks import (
+    buffer_value,
+    check_moment_dtype,
+    ema,
+    into_buffer,
+    moment_buffers,
+    stateless,
+)
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import check_moment_dtype, ema, moment_buffers, read, stateless, store
 from ..wrappers._partition import multi_transform
 from ._dimension_numbers import (
     matrix_axes,
@@ -286,7 +293,7 @@ def scale_by_muon(
         new_updates, new_mu = [], []
         for g, m, d in zip(leaves, mus, dims, strict=True):
             g32 = widen(g)
-            m32: Any = widen(ema(beta, g32, read(m)))
+            m32: Any = widen(ema(beta, g32, buffer_value(m)))
             if nesterov:
                 m_hat = beta * (m32 / corr_next) + (1 - beta) * (g32 / corr)
             else:
@@ -295,7 +302,7 @@ def scale_by_muon(
             if adaptive:
                 u = jnp.sum(jnp.conj(m_hat) * u) * u
             new_updates.append(u.astype(g.dtype))
-            new_mu.append(store(m32, m))
+            new_mu.append(into_buffer(m32, m))
         return treedef.unflatten(new_updates), MuonState(count=count, mu=treedef.unflatten(new_mu))
 
     return GradientTransformation(init, auto_partitioned(update))

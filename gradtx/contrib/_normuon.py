@@ -20,17 +20,17 @@ from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, Mask, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain, identity
 from ..state._quantize import MomentDType
-from ..transforms._decay import weight_decay as weight_decay_tx
-from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import (
+from ..transforms._building_blocks import (
+    buffer_value,
     check_float_dtype,
     check_moment_dtype,
     ema,
+    into_buffer,
+    into_buffer_and_value,
     moment_buffers,
-    read,
-    store,
-    stored,
 )
+from ..transforms._decay import weight_decay as weight_decay_tx
+from ..transforms._scaling import scale_by_learning_rate
 from ..wrappers._partition import multi_transform
 from ._dimension_numbers import matrix_labels, per_leaf_dimension_numbers, untranspose
 from ._fallback import adamw_fallback
@@ -237,12 +237,14 @@ def scale_by_normuon(
         new_updates, new_mu, new_nu = [], [], []
         for g, m, v, view in zip(leaves, mus, nus, views(updates), strict=True):
             g32 = widen(g)
-            m32: Any = widen(ema(beta, g32, read(m)))
+            m32: Any = widen(ema(beta, g32, buffer_value(m)))
             direction = beta * m32 + (1 - beta) * g32 if nesterov else m32
             x = unit_peak(to_matrices(direction, view))  # a zero matrix stays 0 (no 0/0 at eps=0)
             o = _orthogonalize(x, table, preconditioning, jnp.maximum(eps, _TINY))
             row_ms = jnp.mean(jnp.square(o), axis=-2)  # (B, fan_out): one per neuron
-            v_buf, v32 = stored(ema(b2, row_ms, widen(v).reshape(row_ms.shape)).reshape(v.shape), v)
+            v_buf, v32 = into_buffer_and_value(
+                ema(b2, row_ms, widen(v).reshape(row_ms.shape)).reshape(v.shape), v
+            )
             o_hat = safe_divide(o, jnp.sqrt(v32.reshape(row_ms.shape))[:, None, :] + eps)
             norm_hat = _frobenius(o_hat) + eps
             scale: Any
@@ -252,7 +254,7 @@ def scale_by_normuon(
                 scale = _frobenius(o)
             u = from_matrices(safe_divide(scale * o_hat, norm_hat), view, g.shape)
             new_updates.append(u.astype(g.dtype))
-            new_mu.append(store(m32, m))
+            new_mu.append(into_buffer(m32, m))
             new_nu.append(v_buf)
         return treedef.unflatten(new_updates), ScaleByNormuonState(
             count=safe_increment(state.count),

@@ -11,7 +11,7 @@ from .._base._introspect import register
 from .._base._numerics import last_used, safe_divide, safe_increment, value_at, widen, zero_count
 from .._base._typing import ArrayLike, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, require_params
-from ..transforms._tier import (
+from ..transforms._building_blocks import (
     adam_step_size,
     copy_params,
     ema,

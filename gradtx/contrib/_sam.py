@@ -23,7 +23,7 @@ from ..core._transformation import (
     forward_extra_args,
     require_params,
 )
-from ..transforms._tier import stateless
+from ..transforms._building_blocks import stateless
 from ..tree import assert_same_structure, norm, where, zeros_like
 
 NormalizeState = EmptyState

@@ -22,9 +22,9 @@ from ..core._transformation import GradientTransformation, chain, forward_extra_
 from ..optimizers._sgd import sgd
 from ..schedules import warmup_constant_schedule
 from ..transforms._adaptive import scale_by_rms
+from ..transforms._building_blocks import copy_params, scalar_dtype
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import copy_params, scalar_dtype
 from ..tree import assert_same_structure, map_split
 
 

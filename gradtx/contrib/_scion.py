@@ -23,9 +23,15 @@ from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Mask, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..state._quantize import MomentDType
+from ..transforms._building_blocks import (
+    buffer_value,
+    check_moment_dtype,
+    ema,
+    into_buffer,
+    moment_buffers,
+)
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import check_moment_dtype, ema, moment_buffers, read, store
 from ..tree import broadcast_prefix
 from ..wrappers._partition import multi_transform
 from ._dimension_numbers import per_leaf_dimension_numbers
@@ -224,7 +230,7 @@ def scale_by_scion(
         new_updates, new_mu = [], []
         for g, m, d, n, rho, l0, l1 in zip(leaves, mus, dims, norms, radii, l0s, l1s, strict=True):
             g32 = widen(g)
-            m32: Any = widen(ema(beta, g32, read(m)))
+            m32: Any = widen(ema(beta, g32, buffer_value(m)))
 
             def scale(s, dual, rho=rho, l0=l0, l1=l1):
                 if not gluon:
@@ -233,7 +239,7 @@ def scale_by_scion(
 
             u = _lmo_step(who, _leaf_norm(n, g.ndim), m32, d, table, eps, scale)
             new_updates.append(u.astype(g.dtype))
-            new_mu.append(store(m32, m))
+            new_mu.append(into_buffer(m32, m))
         return treedef.unflatten(new_updates), ScaleByScionState(
             count=safe_increment(state.count), mu=treedef.unflatten(new_mu)
         )

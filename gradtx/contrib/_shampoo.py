@@ -24,16 +24,16 @@ from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, MaskOrFn, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..state._quantize import MomentDType
-from ..transforms._decay import weight_decay as weight_decay_tx
-from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import (
+from ..transforms._building_blocks import (
+    buffer_value,
     check_float_dtype,
     check_moment_dtype,
     ema,
+    into_buffer_and_value,
     moment_buffers,
-    read,
-    stored,
 )
+from ..transforms._decay import weight_decay as weight_decay_tx
+from ..transforms._scaling import scale_by_learning_rate
 from ._dimension_numbers import matrix_axes, per_leaf_dimension_numbers, untranspose
 
 GRAFT_TYPES = ("adam", "rmsprop", "adagrad", "sgd", "none")
@@ -367,14 +367,14 @@ def scale_by_shampoo(
         factors: list[tuple] = []
         for g, m, v, p, f in zip(leaves, mus, nus, ps, old_factors, strict=True):
             g32 = g.astype(_compute_dtype(g.dtype))
-            m_buf, m_new = stored(ema(b1, g32, read(m)), m)
+            m_buf, m_new = into_buffer_and_value(ema(b1, g32, buffer_value(m)), m)
             m_hat = m_new / c1
             if graft_type in ("adam", "rmsprop"):
-                v_buf, v_new = stored(ema(beta_g, g32 * g32, read(v)), v)
+                v_buf, v_new = into_buffer_and_value(ema(beta_g, g32 * g32, buffer_value(v)), v)
                 denom = v_new / cg if graft_type == "adam" else v_new
                 a = m_hat / (jnp.sqrt(denom) + eps)
             elif graft_type == "adagrad":
-                v_buf, v_new = stored(read(v) + g32 * g32, v)
+                v_buf, v_new = into_buffer_and_value(buffer_value(v) + g32 * g32, v)
                 a = m_hat / (jnp.sqrt(v_new) + eps)
             else:
                 v_buf, a = v, m_hat
@@ -387,8 +387,8 @@ def scale_by_shampoo(
                 continue
             gb = _to_blocks(g32, p)
             left, right = f
-            left = b2_ * read(left).astype(gb.dtype) + w_new * (gb @ _mT(gb))
-            right = b2_ * read(right).astype(gb.dtype) + w_new * (_mT(gb) @ gb)
+            left = b2_ * buffer_value(left).astype(gb.dtype) + w_new * (gb @ _mT(gb))
+            right = b2_ * buffer_value(right).astype(gb.dtype) + w_new * (_mT(gb) @ gb)
             factors.append((left.astype(pdtype), right.astype(pdtype)))
 
         # 2. the inverse roots, recomputed every precondition_frequency steps from t0 on

@@ -23,16 +23,16 @@ from .._base._typing import ArrayLike, DType, Mask, Params, ScalarOrSchedule, Up
 from ..core._transformation import GradientTransformation, chain
 from ..state._quantize import MomentDType, as_leaves
 from ..transforms._adam import scale_by_adam
-from ..transforms._decay import weight_decay as weight_decay_tx
-from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import (
+from ..transforms._building_blocks import (
+    buffer_value,
     check_float_dtype,
     check_moment_dtype,
     ema,
+    into_buffer,
     moment_buffers,
-    read,
-    store,
 )
+from ..transforms._decay import weight_decay as weight_decay_tx
+from ..transforms._scaling import scale_by_learning_rate
 from ..tree import assert_same_structure
 from ..wrappers._partition import multi_transform
 from ._dimension_numbers import matrix_axes, per_leaf_dimension_numbers, untranspose
@@ -368,7 +368,7 @@ def scale_by_soap(
             shape = g.shape
             gv = _to_view(widen(g), plan)
             q32 = [widen(q) for q in qs]
-            m_old, v_old = _to_view(read(m), plan), _to_view(read(v), plan)
+            m_old, v_old = _to_view(buffer_value(m), plan), _to_view(buffer_value(v), plan)
             g_rot = _rotate(gv, q32, plan, back=False)
             m32 = widen(ema(b1, g_rot, m_old))
             v32 = widen(ema(b2, jnp.square(g_rot), v_old))
@@ -432,11 +432,11 @@ def scale_by_soap(
             (new_factors, [tuple(q) for q in bases], views_m, views_v),
         )
         new_mu = [
-            store(_from_view(m32, plan, g.shape), m)
+            into_buffer(_from_view(m32, plan, g.shape), m)
             for m32, m, plan, g in zip(views_m, mus, leaf_plans, leaves, strict=False)
         ]
         new_nu = [
-            store(_from_view(v32, plan, g.shape), v)
+            into_buffer(_from_view(v32, plan, g.shape), v)
             for v32, v, plan, g in zip(views_v, nus, leaf_plans, leaves, strict=False)
         ]
         return treedef.unflatten(out), ScaleBySoapState(

@@ -11,10 +11,10 @@ from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Mask, OptState, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain, forward_extra_args
 from ..state._quantize import MomentDType
+from ..transforms._building_blocks import ema, into_buffer, require_params
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._rule import decay, rule, slot
 from ..transforms._scaling import scale_by_learning_rate
-from ..transforms._tier import ema, require_params, store
 from ..tree import assert_same_structure, size
 
 
@@ -174,7 +174,7 @@ def scale_by_sophia(
 
         def estimate(hess_state, nu):
             diag, hess_state = hess_update(grads, hess_state, params, **extra_args)
-            nu = jax.tree.map(lambda d, h: store(ema(b2, widen(d), h), h), diag, nu)
+            nu = jax.tree.map(lambda d, h: into_buffer(ema(b2, widen(d), h), h), diag, nu)
             return hess_state, nu
 
         hessian_fn_state, nu = cond(

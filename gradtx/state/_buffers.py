@@ -1,8 +1,8 @@
 """How state buffers are held: plain float (any dtype, bf16 included) or 8-bit quantized.
 
-Every moment-like buffer is read and written through `read` / `store` (or `as_stored` /
-`stored`), which dispatch on `QuantizedArray`; the dtype checks say which buffers may be
-quantized.
+Every moment-like buffer is read through `buffer_value` and written through `into_buffer` (or
+`as_read_back`, the value a buffer will read back, and `into_buffer_and_value`, both at once),
+which dispatch on `QuantizedArray`; the dtype checks say which buffers may be quantized.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .._base._numerics import widen
 from ._quantize import decode, encode, is_quantized, is_quantized_dtype
 
 
-def as_stored(x: jax.Array, buffer: jax.Array) -> jax.Array:
+def as_read_back(x: jax.Array, buffer: jax.Array) -> jax.Array:
     """`x` rounded to `buffer`'s dtype (as it will be stored), then widened for computing.
 
     Update rules compute the update from the moments *as stored*. For float32 buffers this is a
@@ -29,23 +29,23 @@ def as_stored(x: jax.Array, buffer: jax.Array) -> jax.Array:
     g ~ 1e-3) as 0 and the update would overflow.
     """
     if is_quantized(buffer):
-        return decode(store(x, buffer))
+        return decode(into_buffer(x, buffer))
     if jnp.dtype(buffer.dtype) == jnp.float16:
         return widen(x)
     return widen(x.astype(buffer.dtype))
 
 
-def stored(x: jax.Array, buffer) -> tuple:
-    """`(new_buffer, value)`: `x` stored like `buffer` (`store`) and the widened value it now
-    holds (`as_stored`), computed once."""
+def into_buffer_and_value(x: jax.Array, buffer) -> tuple:
+    """`(new_buffer, value)`: `x` stored like `buffer` (`into_buffer`) and the widened value it now
+    holds (`as_read_back`), computed once."""
     if is_quantized(buffer):
-        new = store(x, buffer)
+        new = into_buffer(x, buffer)
         return new, decode(new)
-    value = as_stored(x, buffer)
+    value = as_read_back(x, buffer)
     return value.astype(buffer.dtype), value
 
 
-def read(buffer) -> jax.Array:
+def buffer_value(buffer) -> jax.Array:
     """A state buffer's value for computing: a quantized buffer decoded (float32), any other
     buffer as it is (so that `decay * buffer` rounds in the buffer's dtype, as Optax's does)."""
     if is_quantized(buffer):
@@ -53,7 +53,7 @@ def read(buffer) -> jax.Array:
     return buffer
 
 
-def store(x: jax.Array, buffer):
+def into_buffer(x: jax.Array, buffer):
     """`x` as the new value of state buffer `buffer`: cast to its dtype, or quantized with the
     same block size and code when `buffer` is a `QuantizedArray`."""
     if is_quantized(buffer):

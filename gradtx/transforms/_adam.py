@@ -29,8 +29,8 @@ from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation
 from ..state._quantize import MomentDType
+from ._building_blocks import adam_step_size, ema
 from ._rule import decay, non_negative, rule, slot
-from ._tier import adam_step_size, ema
 
 
 class ScaleByAdamState(NamedTuple):

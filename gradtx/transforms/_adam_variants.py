@@ -22,8 +22,8 @@ from .._base._typing import ArrayLike, DType, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation
 from ..state._quantize import MomentDType
 from ._adam import CHECKS, MOMENTS, ScaleByAdamState, ScaleByAmsgradState, bias_corrected_mu
+from ._building_blocks import ema
 from ._rule import non_negative, rule, slot
-from ._tier import ema
 
 
 class ScaleByBeliefState(NamedTuple):

@@ -11,8 +11,8 @@ from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation
 from ..state._quantize import MomentDType
+from ._building_blocks import abs_sq, bias_correction, ema, widen
 from ._rule import decay, non_negative, rule, slot
-from ._tier import abs_sq, bias_correction, ema, widen
 
 
 class ScaleByAdanState(NamedTuple):

@@ -11,15 +11,17 @@ from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, Updates
 from ..core._transformation import GradientTransformation
 from ..state._quantize import MomentDType
-from ._elementwise import ElementwiseState
-from ._rule import decay, non_negative, rule, slot
-from ._tier import (
+from ._building_blocks import (
     abs_sq,
     check_moment_dtype,
     ema,
     widen,
 )
-from ._tier import bias_correction as _bias_correction  # `bias_correction` is a flag here
+from ._building_blocks import (
+    bias_correction as _bias_correction,  # `bias_correction` is a flag here
+)
+from ._elementwise import ElementwiseState
+from ._rule import decay, non_negative, rule, slot
 
 # --------------------------------------------------------------------------------------------
 # RMSprop

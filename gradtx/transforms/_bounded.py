@@ -24,9 +24,9 @@ from .._base._typing import ArrayLike, ScalarOrSchedule
 from ..core._transformation import GradientTransformation
 from ..state._quantize import MomentDType
 from ._adam import CHECKS, amsgrad_layout
+from ._building_blocks import adam_step_size, ema
 from ._rule import rule
 from ._scaling import lr_ratio
-from ._tier import adam_step_size, ema
 
 
 def _positive(who: str, name: str, value: Any) -> None:

@@ -14,8 +14,8 @@ from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation, monitored_value
 from ..state._quantize import MomentDType
 from ._adam import CHECKS, MOMENTS
+from ._building_blocks import ema
 from ._rule import decay, non_negative, rule
-from ._tier import ema
 
 
 class ScaleByEveState(NamedTuple):

@@ -13,7 +13,7 @@ from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation
 from ..tree import assert_same_structure, map_split
-from ._tier import abs_sq, ema, safe_increment, widen, zero_count
+from ._building_blocks import abs_sq, ema, safe_increment, widen, zero_count
 
 
 class FactoredState(NamedTuple):

@@ -12,8 +12,8 @@ from .._base._recipe import recorded
 from .._base._typing import ScalarOrSchedule
 from ..core._transformation import GradientTransformation
 from ..tree import assert_same_structure
+from ._building_blocks import require_params, safe_increment, value_at, zero_count
 from ._scaling import ScaleByScheduleState
-from ._tier import require_params, safe_increment, value_at, zero_count
 
 
 def _factors(lr: Any) -> tuple[Any, Any]:

@@ -11,7 +11,7 @@ from .._base._recipe import recorded
 from .._base._typing import ArrayLike
 from ..core._transformation import GradientTransformation
 from ..tree import norm
-from ._tier import loss_value, stateless_with_extra_args, widen
+from ._building_blocks import loss_value, stateless_with_extra_args, widen
 
 POLYAK_VARIANTS = ("sps", "sps+")
 

@@ -57,7 +57,12 @@ from .._base._numerics import safe_increment, value_at, widen, zero_count
 from .._base._typing import ArrayLike
 from ..core._transformation import GradientTransformation, require_params
 from ..state import _packing, _quantize
-from ..state._buffers import check_float_dtype, check_moment_dtype, read, stored
+from ..state._buffers import (
+    buffer_value,
+    check_float_dtype,
+    check_moment_dtype,
+    into_buffer_and_value,
+)
 from ..state._quantize import QuantizedArray, as_leaves
 from ..tree import assert_same_structure, full_like
 
@@ -134,7 +139,7 @@ class LeafSlots:
             if packing is not None:
                 buffer = packing.read(buffer)[0]
             elif isinstance(buffer, QuantizedArray):
-                buffer = read(buffer)
+                buffer = buffer_value(buffer)
             setattr(self, name, buffer)
 
     def __getattr__(self, name: str) -> Any:  # only for a name that is no slot
@@ -150,8 +155,8 @@ class LeafSlots:
         if self._packing is not None:
             new, [value] = self._packing.store([value], buffer)
         elif isinstance(buffer, QuantizedArray):
-            new, value = stored(value, buffer)
-        elif buffer.dtype == jnp.float16:  # not read back: see `state._buffers.as_stored`
+            new, value = into_buffer_and_value(value, buffer)
+        elif buffer.dtype == jnp.float16:  # not read back: see `state._buffers.as_read_back`
             value = value.astype(jnp.promote_types(value.dtype, jnp.float32))
             new = value.astype(buffer.dtype)
         else:  # the value as stored, widened (`_numerics.widen`)

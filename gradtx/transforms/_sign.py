@@ -13,9 +13,9 @@ from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation
 from ..state._quantize import MomentDType
+from ._building_blocks import ema, stateless
 from ._elementwise import ElementwiseState
 from ._rule import decay, non_negative, rule, slot
-from ._tier import ema, stateless
 
 LION_MODES = ("hard", "smooth", "refined")
 

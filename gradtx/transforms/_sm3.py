@@ -13,7 +13,7 @@ from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Updates
 from ..core._transformation import GradientTransformation
 from ..tree import assert_same_structure, zeros_like
-from ._tier import ema, stored, widen
+from ._building_blocks import ema, into_buffer_and_value, widen
 
 
 class ScaleBySM3State(NamedTuple):
@@ -89,7 +89,7 @@ def scale_by_sm3(
             previous = functools.reduce(jnp.minimum, views)
         acc = coeff * gw * gw + b2 * previous
         scaled = gw * jnp.where(acc > 0, jax.lax.rsqrt(acc + eps), 0.0)
-        u_buf, u = stored(ema(b1, scaled, u_prev), u_prev)
+        u_buf, u = into_buffer_and_value(ema(b1, scaled, u_prev), u_prev)
         if rank < 2:
             new_acc = [acc.astype(accumulators[0].dtype)]
         else:

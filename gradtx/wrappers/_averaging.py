@@ -11,7 +11,7 @@ from .._base._checks import check_bool, check_in_range, check_int, error_context
 from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, OptState, Params
 from ..core._transformation import GradientTransformation, as_transformation, forward_extra_args
-from ..transforms._tier import (
+from ..transforms._building_blocks import (
     bias_correction,
     copy_params,
     require_params,
@@ -19,7 +19,7 @@ from ..transforms._tier import (
     widen,
     zero_count,
 )
-from ..transforms._tier import ema as _ema
+from ..transforms._building_blocks import ema as _ema
 from ..tree import assert_same_structure, map_split, zeros_like
 from ._common import register_wrapper
 

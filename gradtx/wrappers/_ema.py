@@ -12,7 +12,7 @@ from .._base._checks import check_in_range
 from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, PyTree, Updates
 from ..core._transformation import GradientTransformation, chain
-from ..transforms._tier import (
+from ..transforms._building_blocks import (
     bias_correction,
     check_float_dtype,
     safe_increment,
@@ -20,7 +20,7 @@ from ..transforms._tier import (
     widen,
     zero_count,
 )
-from ..transforms._tier import ema as _ema
+from ..transforms._building_blocks import ema as _ema
 from ..tree import assert_same_structure, map_split, zeros_like
 
 

@@ -7,8 +7,8 @@ One home for what the update rules do again and again, so that each is written (
 - `bias_correction(decay, count)` (:math:`1-\beta^t`, float32) and `adam_step_size(b1, b2, count)`
   (:math:`\sqrt{1-\beta_2^t}/(1-\beta_1^t)`);
 - `moment_buffers(...)`: a moment buffer like the params, a plain array of any float dtype or
-  block-wise 8-bit for a `gradtx.quantized()` spec; `read` / `store` / `stored` / `as_stored`
-  dispatch on it (`gradtx.state._buffers`);
+  block-wise 8-bit for a `gradtx.quantized()` spec; `buffer_value` / `into_buffer` /
+  `into_buffer_and_value` / `as_read_back` dispatch on it (`gradtx.state._buffers`);
 - `copy_params`: a fresh copy of the params (or zeros for `jax.ShapeDtypeStruct`s) that shares
   no buffer with them, so both can be donated (zeros: `gradtx.tree.zeros_like`);
 - `scalar_dtype(params)`: the dtype of a method's scalar statistics (float32, float64 for
@@ -52,12 +52,12 @@ from ..core._transformation import (
 )
 from ..state import _quantize
 from ..state._buffers import (
-    as_stored,
+    as_read_back,
+    buffer_value,
     check_float_dtype,
     check_moment_dtype,
-    read,
-    store,
-    stored,
+    into_buffer,
+    into_buffer_and_value,
 )
 from ..tree import full_like
 
@@ -94,16 +94,18 @@ def scalar_dtype(params: Params) -> jnp.dtype:
 __all__ = [
     "abs_sq",
     "adam_step_size",
-    "as_stored",
+    "as_read_back",
     "bias_correction",
+    "buffer_value",
     "check_float_dtype",
     "check_moment_dtype",
     "copy_params",
     "ema",
+    "into_buffer",
+    "into_buffer_and_value",
     "loss_value",
     "loss_value_in",
     "moment_buffers",
-    "read",
     "require_params",
     "safe_divide",
     "safe_increment",
@@ -111,8 +113,6 @@ __all__ = [
     "stateless",
     "stateless_with_extra_args",
     "stateless_with_params",
-    "store",
-    "stored",
     "value_at",
     "wide_float",
     "widen",
