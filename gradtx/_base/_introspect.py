@@ -15,7 +15,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from jax import tree_util as jtu
 
@@ -73,6 +73,24 @@ def _attached(fn: Any, attribute: str) -> Any:
     holder, name = _where(fn, attribute)
     owner, value = getattr(holder, name, (None, None))
     return value if owner == id(holder) else None
+
+
+_T = TypeVar("_T", bound=type)
+
+
+def counts_run_steps(field: str) -> Callable[[_T], _T]:
+    """Decorate a wrapper's state class: its `field` counts the run's steps (not a cycle's or a
+    window's), so `migrate`, adding the wrapper to a run, starts it at the old run's step (and
+    `metrics`, `inspect_state` and the schedules it drives go on from there). Read back as the
+    class's `RUN_STEP`."""
+
+    def decorate(cls: _T) -> _T:
+        if field not in getattr(cls, "_fields", ()):
+            raise TypeError(f"counts_run_steps: {cls.__name__} has no field {field!r}")
+        cls.RUN_STEP = field  # type: ignore[attr-defined]
+        return cls
+
+    return decorate
 
 
 def register(
@@ -211,6 +229,7 @@ __all__ = [
     "Node",
     "at_path",
     "copy_description",
+    "counts_run_steps",
     "node_of",
     "observed_update",
     "register",

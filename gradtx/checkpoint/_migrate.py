@@ -9,9 +9,10 @@ same-class objects, one of which was removed). Inside a matched pair, values are
 field and parameter path: a value found in both is carried over (converted to the new dtype or
 8-bit code where they differ; a shape difference is an error naming both paths); a value only
 the new state has starts as the template has it (fresh, reported), except a new wrapper's count
-of the run's steps (`RUN_STEP_FIELDS`), which starts at the old run's step; a value only the old
-one has is dropped (reported). Parameter paths that coincide (`{"a/b": x, "a": {"b": y}}`)
-would match one parameter's values to the other's, so such states are refused.
+of the run's steps (the field its state class names `RUN_STEP`), which starts at the old run's
+step; a value only the old one has is dropped (reported). Parameter paths that coincide
+(`{"a/b": x, "a": {"b": y}}`) would match one parameter's values to the other's, so such states
+are refused.
 """
 
 from __future__ import annotations
@@ -35,19 +36,6 @@ from ._roles import Role, match_instances, roles, skeleton
 
 _LIMIT = 12
 
-# The fields of wrapper states that count the run's steps (not a cycle's, a window's or an
-# average's): a wrapper that migrate adds starts them at the old run's step, so that the step
-# `metrics` and `inspect_state` report, and the schedules an added `inject_hyperparams` drives,
-# go on from it. A new wrapper's other counters start at zero.
-RUN_STEP_FIELDS: Mapping[str, str] = {
-    "AccumulateState": "gradient_step",  # accumulate_k_steps: optimizer steps taken
-    "MultiStepsState": "gradient_step",  # MultiSteps
-    "SkipOnSpikesState": "count",  # skip_on_spikes: steps seen
-    "InjectHyperparamsState": "count",  # inject_hyperparams: the step schedules see
-    "InjectStatefulHyperparamsState": "count",  # inject_stateful_hyperparams: steps taken
-    "ConditionallyTransformState": "step",  # conditionally_transform: calls so far
-    "ConditionallyMaskState": "step",  # conditionally_mask
-}
 _STEP_FIELDS = ("count", "gradient_step")  # as inspect_state reads the step
 
 
@@ -64,7 +52,7 @@ class MigrationReport:
         run's step where `continued` lists it.
       dropped: (old path, role) of every value the new optimizer has no place for.
       continued: (new path, step) of the fresh step counters set to the old run's step (a new
-        wrapper's count of the run's steps, `RUN_STEP_FIELDS`).
+        wrapper's count of the run's steps, its state class's `RUN_STEP`).
     """
 
     carried: tuple[tuple[str, str], ...] = ()
@@ -266,7 +254,8 @@ def migrate_into(
                     "template is abstract there; pass a concrete template (tx.init(params))"
                 )
             fresh.append((role.key, role.name))
-            counts_steps = RUN_STEP_FIELDS.get(role.kind) == role.field and not role.param
+            # a wrapper state's field that counts the run's steps (its class's `RUN_STEP`)
+            counts_steps = role.run_step
             if count is not None and role.field == "count":
                 counts_steps = True
             if step is not None and counts_steps and _is_int_scalar(role.value):

@@ -61,6 +61,8 @@ class Role:
     field: str
     param: str
     value: Any = dataclasses.field(compare=False, repr=False)
+    # the field counts the run's steps (its state class's `RUN_STEP`; known of a live state)
+    run_step: bool = dataclasses.field(default=False, compare=False, repr=False)
 
     @property
     def token(self) -> tuple[str, tuple[str, ...]]:
@@ -123,17 +125,23 @@ def roles(state: Any) -> list[Role]:
     out: list[Role] = []
 
     def inside(
-        node: Any, path: tuple, instance: tuple, kind: str, labels: tuple, field: str, below: tuple
+        node: Any,
+        path: tuple,
+        instance: tuple,
+        kind: str,
+        labels: tuple,
+        field: str,
+        below: tuple,
+        run_step: bool = False,
     ) -> None:
         if isinstance(node, QuantizedArray) or not _children(node):
             if _empty(node):
                 return
-            out.append(
-                Role(path_str(path), path_str(instance), kind, labels, field, path_str(below), node)
-            )
+            where = (path_str(path), path_str(instance), kind, labels, field, path_str(below))
+            out.append(Role(*where, node, run_step=run_step and not below))
             return
         for key, child in _children(node):
-            inside(child, (*path, key), instance, kind, labels, field, (*below, key))
+            inside(child, (*path, key), instance, kind, labels, field, (*below, key), run_step)
 
     def outside(node: Any, path: tuple, labels: tuple) -> None:
         children = _children(node)
@@ -150,7 +158,8 @@ def roles(state: Any) -> list[Role]:
             elif kind == "record" and name in LABELLED:
                 outside(child, (*path, key), (*labels, name))
             elif kind == "record":
-                inside(child, (*path, key), path, _class_name(node), labels, name, ())
+                run_step = getattr(type(node), "RUN_STEP", None) == name
+                inside(child, (*path, key), path, _class_name(node), labels, name, (), run_step)
             elif kind == "dict":
                 outside(child, (*path, key), (*labels, path_str((key,))))
             else:

@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_bool, check_int, error_context, expect_state
+from .._base._introspect import counts_run_steps
 from .._base._numerics import safe_increment, widen, zero_count
 from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, OptState, Params, Updates
@@ -49,6 +50,7 @@ from ..tree import assert_same_structure, cast_like, zeros_like
 from ._common import register_wrapper
 
 
+@counts_run_steps("gradient_step")
 class AccumulateState(NamedTuple):
     micro_step: jax.Array  # int32: micro-steps accumulated since the last inner step (< k)
     grad_sum: Updates  # sum of this cycle's gradients (accumulator dtype); see accumulate_k_steps
@@ -259,6 +261,7 @@ class ShouldSkipUpdateFunction(Protocol):
     ) -> tuple[ArrayLike, Any]: ...
 
 
+@counts_run_steps("gradient_step")
 class MultiStepsState(NamedTuple):
     """State of `MultiSteps` (Optax's layout and field names)."""
 

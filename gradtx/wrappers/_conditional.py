@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import check_bool, check_non_negative, error_context, expect_state
+from .._base._introspect import counts_run_steps
 from .._base._numerics import safe_increment, zero_count
 from .._base._recipe import recorded
 from .._base._typing import ArrayLike, OptState, Params, Updates
@@ -29,6 +30,7 @@ class ConditionFn(Protocol):
     def __call__(self, step: ArrayLike, **extra_args: Any) -> ArrayLike: ...
 
 
+@counts_run_steps("step")
 class ConditionallyTransformState(NamedTuple):
     """State of `conditionally_transform`: the inner state and the number of calls so far."""
 
@@ -36,6 +38,7 @@ class ConditionallyTransformState(NamedTuple):
     step: jax.Array  # int32, saturating: calls of update so far
 
 
+@counts_run_steps("step")
 class ConditionallyMaskState(NamedTuple):
     """State of `conditionally_mask`: the number of calls so far and the inner state."""
 

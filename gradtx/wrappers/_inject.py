@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import error_context, expect_state
-from .._base._introspect import register
+from .._base._introspect import counts_run_steps, register
 from .._base._numerics import safe_increment, zero_count
 from .._base._typing import DType, OptState
 from ..core._transformation import GradientTransformation, as_transformation, forward_extra_args
@@ -26,6 +26,7 @@ from ._inject_kinds import (
 from ._inject_stateful import inject_stateful_hyperparams
 
 
+@counts_run_steps("count")
 class InjectHyperparamsState(NamedTuple):
     count: jax.Array  # type: ignore[assignment]  # int32, saturating: the step schedules see
     hyperparams: dict[str, jax.Array]  # current values (hyperparam_dtype), by argument name

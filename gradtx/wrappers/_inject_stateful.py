@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base._checks import error_context, expect_state
-from .._base._introspect import register
+from .._base._introspect import counts_run_steps, register
 from .._base._numerics import safe_increment, zero_count
 from .._base._typing import ArrayLike, DType, OptState, Schedule
 from ..core._transformation import GradientTransformation, as_transformation, forward_extra_args
@@ -69,6 +69,7 @@ class WrappedSchedule:
         return self.schedule_fn(state.count)
 
 
+@counts_run_steps("count")
 class InjectStatefulHyperparamsState(NamedTuple):
     count: jax.Array  # type: ignore[assignment]  # int32, saturating: steps taken
     hyperparams: dict[str, jax.Array]  # the values used at the last step, by argument name

@@ -13,6 +13,7 @@ from .._base._checks import (
     check_positive,
     expect_state,
 )
+from .._base._introspect import counts_run_steps
 from .._base._numerics import safe_increment, zero_count
 from .._base._recipe import recorded
 from .._base._typing import ArrayLike, OptState
@@ -29,6 +30,7 @@ from ._common import register_wrapper, run_or_skip
 METRICS = ("loss", "grad_norm")
 
 
+@counts_run_steps("count")
 class SkipOnSpikesState(NamedTuple):
     count: jax.Array  # type: ignore[assignment]  # int32, saturating: steps seen (skipped or not)
     last_skipped: jax.Array  # bool: whether the latest step was skipped
