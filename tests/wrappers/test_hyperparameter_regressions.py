@@ -101,3 +101,30 @@ def test_optax_412_adafactor_with_injected_hyperparameters_jits():
             for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(expected), strict=True):
                 np.testing.assert_allclose(a, b, rtol=1e-6)
     assert update._cache_size() == 1
+
+
+def test_optax_577_a_sweep_compiles_one_program_for_every_value():
+    """#577: a learning-rate sweep recompiles (and, run as separate jobs, never hits the
+    persistent compilation cache), because each value is a constant of its program. With the
+    numbers as data, every member of a sweep lowers to the same program text, the key of the
+    persistent cache; built with Python floats, each value is another program."""
+    params = {"w": jnp.ones((4, 3))}
+
+    def program(tx, hp=None):
+        def step(p, s, hp):
+            tx_hp = tx if hp is None else gradtx.with_hyperparameters(tx, hp)
+            u, s = tx_hp.update(p, s, p)
+            return gradtx.apply_updates(p, u), s
+
+        return jax.jit(step).lower(params, tx.init(params), hp).as_text()
+
+    tx = gradtx.adamw(gradtx.warmup_cosine_decay_schedule(0.0, 1e-3, 10, 100), weight_decay=0.1)
+    hp = gradtx.hyperparameters(tx)
+    other = {
+        **hp,
+        "weight_decay": 0.3,
+        "learning_rate": {**hp["learning_rate"], "peak_value": 3e-3},
+    }
+    assert program(tx, hp) == program(tx, other)
+    plain = [gradtx.adamw(lr, weight_decay=0.1) for lr in (1e-3, 3e-3)]
+    assert program(plain[0]) != program(plain[1])
