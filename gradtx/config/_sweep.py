@@ -31,9 +31,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._base._recipe import recipe_of
 from ..wrappers import population
-from ..wrappers._hyperparameters import _VAR, _bound, _numbers_of, hyperparameters
+from ..wrappers._hyperparameters import hyperparameters, skeleton
 from ._build import build
 from ._errors import ConfigError, did_you_mean, join, shown
 from ._kinds import params_of
@@ -366,33 +365,6 @@ def member_configs(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _skeleton(value: Any, param: Any = None, schedule: bool = False) -> Any:
-    """What a transformation is built of, with its hyperparameters left out: two members
-    whose skeletons differ differ in more than `gradtx.hyperparameters` can vary."""
-    recipe = recipe_of(value)
-    if recipe is not None:
-        signature, bound = _bound(recipe)
-        parts: list[Any] = [recipe.factory]
-        for name, arg in bound.arguments.items():
-            p = signature.parameters[name]
-            if p.kind is p.VAR_KEYWORD:
-                arg = dict(arg)
-            elif p.kind is p.VAR_POSITIONAL:
-                arg = tuple(arg)
-            parts.append((name, _skeleton(arg, None if p.kind in _VAR else p, recipe.schedule)))
-        return tuple(parts)
-    if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
-        return ("seq", *(_skeleton(v, param, schedule) for v in value))
-    if isinstance(value, dict):
-        return ("map", *((k, _skeleton(v, param, schedule)) for k, v in value.items()))
-    if _numbers_of(value, param, schedule) is not None:
-        return "<hyperparameter>"
-    if isinstance(value, np.ndarray | jax.Array):
-        array = np.asarray(value)
-        return ("<array>", array.dtype.str, array.shape, array.tobytes())
-    return value  # data, or an object compared as it compares itself (a function: by identity)
-
-
 def _hyperparameters(tx: Any) -> Any:
     try:
         return hyperparameters(tx)
@@ -440,8 +412,8 @@ def build_population(config: Mapping[str, Any]) -> Any:
         except ConfigError as e:
             raise _remapped(e, paths, rows[k], k, columns) from None
     hps = [_hyperparameters(tx) for tx in txs]
-    skeleton = _skeleton(txs[0])
-    if _skeleton(build(members[0])) != skeleton:
+    first = skeleton(txs[0])
+    if skeleton(build(members[0])) != first:
         raise ConfigError(
             "this config builds a part that is a new object at every build (one no gradtx "
             "factory recorded), so its members cannot be told apart from copies; it cannot be "
@@ -461,10 +433,10 @@ def build_population(config: Mapping[str, Any]) -> Any:
             raise _not_varied(text, "no hyperparameter of the built optimizer changes with it")
     for k in range(1, len(txs)):
         same_tree = jax.tree.structure(hps[k]) == jax.tree.structure(hps[0])
-        if same_tree and _skeleton(txs[k]) == skeleton:
+        if same_tree and skeleton(txs[k]) == first:
             continue
         for text, value in chosen[k].items():
-            if value != chosen[0][text] and _skeleton(alone(text, value)) != skeleton:
+            if value != chosen[0][text] and skeleton(alone(text, value)) != first:
                 raise _not_varied(text, "it changes the built optimizer beyond its numbers")
         raise ConfigError(
             f"members 0 and {k} build optimizers that differ beyond their numbers, which a "

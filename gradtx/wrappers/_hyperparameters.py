@@ -82,19 +82,50 @@ def _numbers_of(value: Any, param: inspect.Parameter | None, schedule: bool) -> 
     return None
 
 
-def _numbers(recipe: Recipe) -> dict[str, Any]:
+def _arguments(recipe: Recipe) -> list[tuple[str, Any, inspect.Parameter | None]]:
+    """`(name, value, parameter)` of every argument of the recorded call, defaults included; a
+    `*args` as a tuple and a `**kwargs` as a dict, with no parameter (their items have none)."""
     signature, bound = _bound(recipe)
-    out: dict[str, Any] = {}
+    out = []
     for name, value in bound.arguments.items():
         param = signature.parameters[name]
         if param.kind is inspect.Parameter.VAR_KEYWORD:
             value = dict(value)
         elif param.kind is inspect.Parameter.VAR_POSITIONAL:
             value = tuple(value)
-        numbers = _numbers_of(value, None if param.kind in _VAR else param, recipe.schedule)
+        out.append((name, value, None if param.kind in _VAR else param))
+    return out
+
+
+def _numbers(recipe: Recipe) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value, param in _arguments(recipe):
+        numbers = _numbers_of(value, param, recipe.schedule)
         if numbers is not None:
             out[name] = numbers
     return out
+
+
+def skeleton(value: Any, param: inspect.Parameter | None = None, schedule: bool = False) -> Any:
+    """What a transformation is built of, with its hyperparameters left out: two transformations
+    whose skeletons differ differ in more than `hyperparameters` can vary (a config sweep
+    refuses such members)."""
+    recipe = recipe_of(value)
+    if recipe is not None:
+        parts: list[Any] = [recipe.factory]
+        for name, arg, p in _arguments(recipe):
+            parts.append((name, skeleton(arg, p, recipe.schedule)))
+        return tuple(parts)
+    if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
+        return ("seq", *(skeleton(v, param, schedule) for v in value))
+    if isinstance(value, dict):
+        return ("map", *((k, skeleton(v, param, schedule)) for k, v in value.items()))
+    if _numbers_of(value, param, schedule) is not None:
+        return "<hyperparameter>"
+    if isinstance(value, np.ndarray | jax.Array):
+        array = np.asarray(value)
+        return ("<array>", array.dtype.str, array.shape, array.tobytes())
+    return value  # data, or an object compared as it compares itself (a function: by identity)
 
 
 def hyperparameters(tx: Any) -> dict[str, Any]:
