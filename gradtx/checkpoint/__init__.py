@@ -38,9 +38,10 @@ from ._leaves import (
     _spec,
     _to_host,
 )
+from ._memory import StateBytes, state_bytes
 from ._migrate import Migration, MigrationReport, migrate_into, source_values
 from ._optax_state import from_optax_state
-from ._roles import Role, short_keys, structure_of
+from ._roles import Role, quantized_kinds, short_keys, structure_of
 from ._torch import from_torch_state_dict, to_torch_state_dict
 from ._torch_names import torch_names
 
@@ -48,6 +49,7 @@ __all__ = [
     "CheckpointError",
     "Migration",
     "MigrationReport",
+    "StateBytes",
     "StateField",
     "StateSummary",
     "from_optax_state",
@@ -57,6 +59,7 @@ __all__ = [
     "load_state_dict",
     "migrate",
     "save",
+    "state_bytes",
     "state_dict",
     "to_torch_state_dict",
     "torch_names",
@@ -265,6 +268,26 @@ def save(path: str | os.PathLike, state: OptState, *, fsync: bool = True) -> str
     return path
 
 
+def _check_codecs(who: str, template_state: OptState, structure: str | None) -> None:
+    """The file's quantized buffers have the template's codecs: codes of one codec read as
+    another's would be other numbers (of the same shapes and dtypes, possibly)."""
+    if structure is None:
+        return
+    try:
+        kinds = quantized_kinds(structure)
+    except ValueError:
+        return  # an unreadable structure: `migrate` reports it where it needs it
+    wanted = quantized_kinds(structure_of(template_state))
+    for path, (block_size, signed, codec, _) in wanted.items():
+        have = kinds.get(path)
+        if have is not None and have[:3] != (block_size, signed, codec):
+            raise CheckpointError(
+                f"{who}: {path!r} holds {have[2]} codes (block size {have[0]}) but the template "
+                f"stores {codec} codes (block size {block_size}) there; load(..., migrate=True) "
+                "decodes and re-encodes them"
+            )
+
+
 def load(
     path: str | os.PathLike,
     template_state: OptState,
@@ -316,8 +339,9 @@ def load(
     template, treedef = _flatten(who, template_state)
     by_key = dict(template)
     with open_regular(path) as f:
-        entries, start, _ = read_header(f, path)
+        entries, start, structure = read_header(f, path)
         found = {e.key: (e.shape, e.dtype.newbyteorder("=")) for e in entries}
+        _check_codecs(who, template_state, structure)
         _check_match(who, "checkpoint", template, found, strict)
         wanted = [e for e in entries if e.key in by_key]
         restored: dict[str, Any] = {}

@@ -6,13 +6,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax import tree_util as jtu
 
 from .._base._checks import did_you_mean
 from .._base._typing import OptState
 from ..health import metrics, to_scalars
-from ..state._quantize import QuantizedArray
+from ..state._quantize import QuantizedArray, decode, error_bound
 from ..tree import path_str
 from ..tree._nonfinite import NonfiniteLocation
 from ._roles import roles, short_keys
@@ -38,6 +39,23 @@ class StateField:
 
 
 @dataclass(frozen=True)
+class QuantizedBuffer:
+    """A quantized (8-bit or 4-bit) buffer of a state as its decoded values: its key and role,
+    its codec (`storage`: `"8-bit"`, `"8-bit sqrt"`, `"4-bit"`), the shape and bytes it stands
+    for (float32) and holds (codes and scales), and, for a concrete buffer, the largest decoded
+    magnitude and the largest error bound (`|decoded - stored value| <= error_bound`)."""
+
+    key: str
+    role: str
+    storage: str
+    shape: tuple[int, ...]
+    nbytes: int
+    decoded_nbytes: int
+    max_abs: float | None = None
+    error_bound: float | None = None
+
+
+@dataclass(frozen=True)
 class StateSummary:
     """What `inspect_state` returns; `print(summary)` shows it as a table.
 
@@ -55,6 +73,8 @@ class StateSummary:
         state)` as host numbers: the current learning rate of every schedule and constant in
         the chain (no `inject_hyperparams` needed), the wrappers' counters, `with_metrics`'
         norms.
+      quantized: every 8-bit or 4-bit buffer as its decoded values (`QuantizedBuffer`: the
+        largest decoded magnitude and the codec's error bound).
     """
 
     fields: tuple[StateField, ...]
@@ -63,6 +83,7 @@ class StateSummary:
     hyperparams: dict[str, float] = field(default_factory=dict)
     nonfinite: dict[str, str | None] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+    quantized: tuple[QuantizedBuffer, ...] = ()
 
     @property
     def total_bytes(self) -> int:
@@ -123,6 +144,11 @@ class StateSummary:
         for name, value in self.metrics.items():
             if name != "step" and name not in self.hyperparams:
                 out.append(f"{name} = {value:.6g}")
+        for q in self.quantized:
+            decoded = f"{q.storage} of {q.shape} float32 ({_human(q.decoded_nbytes)} decoded)"
+            if q.max_abs is not None and q.error_bound is not None:
+                decoded += f": max |value| {q.max_abs:.4g}, error <= {q.error_bound:.3g}"
+            out.append(f"quantized {q.key}: {decoded}")
         counts = {f.path: f.value for f in self.fields}
         for where, leaf in self.nonfinite.items():
             at = f"first non-finite leaf (at {where!r})"
@@ -305,4 +331,41 @@ def inspect_state(state: OptState, tx: Any = None) -> StateSummary:
     values: dict[str, float] = {}
     if tx is not None and all(f.value is not None or f.shape != () for f in fields):
         values = to_scalars(metrics(tx, state))
-    return StateSummary(tuple(fields), step, step_path, hyperparams, _located(locations), values)
+    return StateSummary(
+        tuple(fields),
+        step,
+        step_path,
+        hyperparams,
+        _located(locations),
+        values,
+        _quantized(state, {f.path: f.key for f in fields}),
+    )
+
+
+def _quantized(state: OptState, key_of: dict[str, str]) -> tuple[QuantizedBuffer, ...]:
+    out = []
+    for role in roles(state):
+        q = role.value
+        if not isinstance(q, QuantizedArray):
+            continue
+        key = key_of.get(f"{role.key}/codes", f"{role.key}/codes").rsplit("/", 1)[0]
+        stored = sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in (q.codes, q.scale))
+        max_abs = bound = None
+        if not isinstance(q.codes, jax.ShapeDtypeStruct) and not isinstance(
+            q.codes, jax.core.Tracer
+        ):
+            max_abs = float(jnp.max(jnp.abs(decode(q)))) if q.codes.size else 0.0
+            bound = float(jnp.max(error_bound(q))) if q.codes.size else 0.0
+        out.append(
+            QuantizedBuffer(
+                key,
+                role.name,
+                q.storage,
+                q.shape,
+                stored,
+                4 * int(np.prod(q.shape)),
+                max_abs,
+                bound,
+            )
+        )
+    return tuple(out)

@@ -125,7 +125,9 @@ def _raw_key(new: Role, old: Role, source: str) -> str:
 
 
 def _dtype_name(value: Any) -> str:
-    return "8-bit" if isinstance(value, QuantizedArray) else np.dtype(value.dtype).name
+    if isinstance(value, QuantizedArray):
+        return value.storage
+    return np.dtype(value.dtype).name
 
 
 def _castable(a: np.dtype, b: np.dtype) -> bool:
@@ -158,6 +160,7 @@ def _convert(new: Role, old: Role, source: str) -> tuple[Any, str | None]:
             isinstance(value, QuantizedArray)
             and value.block_size == template.block_size
             and value.signed == template.signed
+            and value.codec == template.codec
         )
         if not same:
             floats = decode(value) if isinstance(value, QuantizedArray) else value
@@ -166,17 +169,18 @@ def _convert(new: Role, old: Role, source: str) -> tuple[Any, str | None]:
                     np.asarray(floats, np.float32),
                     block_size=template.block_size,
                     signed=template.signed,
+                    codec=template.codec,
                 )
             )
-            note = f"{_dtype_name(old.value)} -> 8-bit"
+            note = f"{_dtype_name(old.value)} -> {_dtype_name(template)}"
         codes = _restore("migrate", new.key + "/codes", template.codes, np.asarray(value.codes))
         scale = _restore("migrate", new.key + "/scale", template.scale, np.asarray(value.scale))
         return QuantizedArray(
-            codes, scale, template.shape, template.block_size, template.signed
+            codes, scale, template.shape, template.block_size, template.signed, template.codec
         ), note
     if isinstance(value, QuantizedArray):
         value = np.asarray(decode(value))
-        note = "8-bit -> "
+        note = f"{_dtype_name(old.value)} -> "
     want = np.dtype(getattr(template, "dtype", np.asarray(template).dtype))
     if value.dtype != want:
         if not _castable(value.dtype, want):

@@ -33,6 +33,7 @@ import jax
 import numpy as np
 from jax import tree_util as jtu
 
+from ..state._lowbit import CODECS, FOUR_BIT
 from ..state._quantize import QuantizedArray
 from ..tree import path_str
 from ._format import CheckpointError
@@ -45,7 +46,10 @@ LABELLED = frozenset(
     {"inner_states", "opt_state", "adv_state", "measure_states", "hessian_fn_state"}
 )
 
-_QUANTIZED = re.compile(r"QuantizedArray\(block_size=(\d+), signed=(True|False)\)")
+_QUANTIZED = re.compile(
+    r"QuantizedArray\(block_size=(\d+), signed=(True|False)"
+    r"(?:, codec=(\w+))?(?:, shape=([\dx]*))?\)"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,6 +173,30 @@ def roles(state: Any) -> list[Role]:
     return out
 
 
+def quantized_kind(node: QuantizedArray) -> str:
+    """How a file's header names a quantized buffer's layout: block size, code, codec (the
+    dynamic 8-bit codec, the only one before others existed, is not named) and, for 4-bit
+    codes (whose last axis is halved), the shape they stand for (`3x40x33`)."""
+    codec = "" if node.codec == "dynamic" else f", codec={node.codec}"
+    if node.codec in FOUR_BIT:
+        codec += ", shape=" + "x".join(str(d) for d in node.shape)
+    return f"QuantizedArray(block_size={node.block_size}, signed={node.signed}{codec})"
+
+
+def quantized_kinds(structure: str) -> dict[str, tuple[int, bool, str, tuple[int, ...] | None]]:
+    """`{path: (block_size, signed, codec, shape or None)}` of the quantized buffers a header's
+    structure names."""
+    out = {}
+    for path, kind in json.loads(structure).items():
+        m = _QUANTIZED.fullmatch(kind) if isinstance(kind, str) else None
+        if m:
+            shape = None
+            if m.group(4) is not None:
+                shape = tuple(int(d) for d in m.group(4).split("x") if d)
+            out[path] = (int(m.group(1)), m.group(2) == "True", m.group(3) or "dynamic", shape)
+    return out
+
+
 def structure_of(state: Any) -> str:
     """The containers of `state` that a file's flat keys do not show, as JSON for its header:
     `{path: "seq" | "dict" | class name}` for every container outside the state objects, the
@@ -177,9 +205,7 @@ def structure_of(state: Any) -> str:
 
     def walk(node: Any, path: tuple, within: bool) -> None:
         if isinstance(node, QuantizedArray):
-            found[path_str(path)] = (
-                f"QuantizedArray(block_size={node.block_size}, signed={node.signed})"
-            )
+            found[path_str(path)] = quantized_kind(node)
             return
         children = _children(node)
         if not children:
@@ -221,11 +247,7 @@ def skeleton(flat: Mapping[str, np.ndarray], structure: str, source: str) -> Any
             f"{source}: the header's state structure is unreadable ({e})"
         ) from None
     root: dict[str, Any] = {}
-    quantized: dict[str, tuple[int, bool]] = {}
-    for path, kind in kinds.items():
-        m = _QUANTIZED.fullmatch(kind)
-        if m:
-            quantized[path] = (int(m.group(1)), m.group(2) == "True")
+    quantized = quantized_kinds(structure)
     for key, arr in flat.items():
         parts = key.split("/") if key else []
         node = root
@@ -237,13 +259,19 @@ def skeleton(flat: Mapping[str, np.ndarray], structure: str, source: str) -> Any
 
     def build(node: Any, path: str) -> Any:
         if path in quantized:
-            block_size, signed = quantized[path]
+            block_size, signed, codec, shape = quantized[path]
             codes, scale = node.get("codes"), node.get("scale")
             if codes is None or scale is None:
                 raise CheckpointError(
-                    f"{source}: the 8-bit buffer {path!r} lacks its codes or scale"
+                    f"{source}: the quantized buffer {path!r} lacks its codes or scale"
                 )
-            return QuantizedArray(codes, scale, codes.shape, block_size, signed)
+            if codec not in CODECS:
+                raise CheckpointError(
+                    f"{source}: the quantized buffer {path!r} has codec {codec!r}, which this "
+                    f"gradtx does not know ({', '.join(CODECS)}); upgrade gradtx"
+                )
+            shape = codes.shape if shape is None else shape
+            return QuantizedArray(codes, scale, shape, block_size, signed, codec)
         if not isinstance(node, dict):
             return node
         kind = kinds.get(path)

@@ -93,7 +93,7 @@ def inspect(argv: list[str]) -> int:
     for role in values:
         value = role.value
         if isinstance(value, QuantizedArray):
-            nbytes, dtype = value.codes.nbytes + value.scale.nbytes, "8-bit"
+            nbytes, dtype = value.codes.nbytes + value.scale.nbytes, value.storage
         else:
             nbytes, dtype = value.nbytes, np.dtype(value.dtype).name
         total += nbytes

@@ -57,7 +57,7 @@ def into_buffer(x: jax.Array, buffer):
     """`x` as the new value of state buffer `buffer`: cast to its dtype, or quantized with the
     same block size and code when `buffer` is a `QuantizedArray`."""
     if is_quantized(buffer):
-        return encode(x, block_size=buffer.block_size, signed=buffer.signed)
+        return encode(x, block_size=buffer.block_size, signed=buffer.signed, codec=buffer.codec)
     return x.astype(buffer.dtype)
 
 

@@ -21,15 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._quantize import (
-    QuantizedArray,
-    _blocks,
-    _codes,
-    _decoded,
-    _halving_max,
-    _row_block,
-    _scale_factors,
-)
+from ._blocks import _blocks, _halving_max, _row_block, _scale_factors
+from ._quantize import QuantizedArray, _codes, _decoded
 
 
 def _rows(shape: tuple[int, ...], block_size: int) -> tuple[int, int]:

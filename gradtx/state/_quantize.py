@@ -52,6 +52,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._base._typing import DType
+from . import _lowbit
+from ._blocks import (
+    _block_absmax,
+    _num_blocks,
+    _per_value,
+    _scale_factors,
+)
 
 DEFAULT_BLOCK_SIZE = 2048  # the paper's
 DEFAULT_MIN_SIZE = 4096  # smaller leaves stay in full precision (bitsandbytes' min_8bit_size)
@@ -103,11 +110,24 @@ class QuantizedDtype:
     min_size: int = DEFAULT_MIN_SIZE
     signed: bool | None = None  # None: by role (first moments signed, second moments unsigned)
     pack_leaves: bool = True  # one encode for all leaves of a buffer, not one per leaf
+    bits: int = 8
+    mapping: str = "dynamic"  # 8 bits: "dynamic" or "sqrt"; 4 bits: "paper"
+
+    def codec(self, signed: bool) -> str:
+        """The codec of a buffer of this spec and role (`signed`: a first moment)."""
+        if self.bits == 4:
+            return "dynamic4" if signed else "linear4"
+        return "sqrt8" if self.mapping == "sqrt" else "dynamic"
 
     def __repr__(self) -> str:
+        extra = (
+            ""
+            if self.bits == 8 and self.mapping == "dynamic"
+            else (f", bits={self.bits}, mapping={self.mapping!r}")
+        )
         return (
             f"quantized(block_size={self.block_size}, min_size={self.min_size}, "
-            f"signed={self.signed}, pack_leaves={self.pack_leaves})"
+            f"signed={self.signed}, pack_leaves={self.pack_leaves}{extra})"
         )
 
 
@@ -117,13 +137,16 @@ MomentDType: TypeAlias = DType | QuantizedDtype
 
 
 def quantized(
-    block_size: int = DEFAULT_BLOCK_SIZE,
+    block_size: int | None = None,
     *,
+    bits: int = 8,
+    mapping: str | None = None,
     min_size: int = DEFAULT_MIN_SIZE,
     signed: bool | None = None,
     pack_leaves: bool = True,
 ) -> QuantizedDtype:
-    r"""Block-wise dynamic 8-bit storage for optimizer state buffers (8-bit Adam, Lion, momentum).
+    r"""Block-wise 8-bit or 4-bit storage for optimizer state buffers (8-bit / 4-bit Adam, Lion,
+    momentum).
 
     Use it where a moment dtype is accepted: `adam(lr, mu_dtype=quantized(),
     nu_dtype=quantized())`, `lion(lr, mu_dtype=quantized())`, `sgd(lr, momentum=0.9,
@@ -145,8 +168,30 @@ def quantized(
     block size), against 8 in float32 and 4 in bfloat16. A plain integer dtype
     (`mu_dtype=jnp.int8`) is rejected: it would truncate the moments.
 
+    Other codecs (`gradtx/state/_lowbit.py`):
+
+    - `mapping="sqrt"` (8 bits): the square-root companding map, :math:`\hat x =
+      \mathrm{sign}(c)\,(c/127)^2 A_b` (second moments: :math:`\sqrt v = (c/254)^2 A_b`), blocks
+      of 256: arithmetic only (no table, no `log` / `exp`), so the step costs less.
+    - `bits=4`: two codes per byte (Li et al., "Memory Efficient Optimizers with 4-bit States").
+      First moments: the 4-bit dynamic-exponent map (0, 0.0325, 0.0775, 0.2125, 0.4375, 0.6625,
+      0.8875, 1 of the block's largest magnitude), blocks of 128. Second moments: a zero-free
+      linear map, :math:`\hat v = (k+1)/15 \cdot n`, normalised rank-1 on leaves of two or more
+      dimensions (:math:`n_{ij} = \min(R_i, C_j)`, the largest value of row :math:`i` and of
+      column :math:`j` of each matrix of the last two axes) and per block of 128 on vectors.
+      About 1.0 byte per parameter for Adam's two moments.
+
+    Every codec keeps NaN and infinity visible (they decode to NaN) and finite values finite;
+    `gradtx.migrate` converts between float32, bf16 and every codec, and
+    `gradtx.inspect_state` shows each buffer's decoded size and its error bound. Only the
+    dynamic 8-bit codec packs leaves (`pack_leaves`); the others step leaf by leaf.
+
     Args:
-      block_size: values per block, an int >= 16 (default 2048, the paper's).
+      block_size: values per block, an int >= 16 (default: 2048 for the dynamic 8-bit codec, the
+        paper's; 256 for `mapping="sqrt"`; 128 for 4 bits).
+      bits: 8 (default) or 4.
+      mapping: the 8-bit map, `"dynamic"` (default: the table of Dettmers et al.) or `"sqrt"`
+        (square-root companding); 4 bits take the paper's maps (None or `"paper"`).
       min_size: leaves with fewer values stay float32, an int >= 0 (default 4096).
       signed: force the signed (True) or unsigned (False) code; None picks by role (first
         moments signed, non-negative second moments unsigned). The unsigned code clips
@@ -174,6 +219,17 @@ def quantized(
 
       tx = gradtx.adam(1e-3, mu_dtype=gradtx.quantized(), nu_dtype=gradtx.quantized())
     """
+    if bits not in (8, 4) or isinstance(bits, bool):
+        raise ValueError(f"quantized: bits must be 8 or 4, got {bits!r}")
+    mappings = ("dynamic", "sqrt") if bits == 8 else ("paper",)
+    mapping = mappings[0] if mapping is None else mapping
+    if mapping not in mappings:
+        raise ValueError(
+            f"quantized: mapping must be one of {mappings} for {bits} bits, got {mapping!r}"
+            + ("; 4-bit states use the paper's maps (pass mapping=None)" if bits == 4 else "")
+        )
+    if block_size is None:
+        block_size = DEFAULT_BLOCK_SIZE if mapping == "dynamic" else 256 if bits == 8 else 128
     for name, value, low in (("block_size", block_size, 16), ("min_size", min_size, 0)):
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
             raise ValueError(f"quantized: {name} must be an integer >= {low}, got {value!r}")
@@ -181,7 +237,7 @@ def quantized(
         raise ValueError(f"quantized: signed must be True, False or None, got {signed!r}")
     if not isinstance(pack_leaves, bool):
         raise ValueError(f"quantized: pack_leaves must be True or False, got {pack_leaves!r}")
-    return QuantizedDtype(int(block_size), int(min_size), signed, pack_leaves)
+    return QuantizedDtype(int(block_size), int(min_size), signed, pack_leaves, int(bits), mapping)
 
 
 def is_quantized_dtype(dtype: Any) -> bool:
@@ -190,21 +246,40 @@ def is_quantized_dtype(dtype: Any) -> bool:
 
 @jax.tree_util.register_pytree_with_keys_class
 class QuantizedArray:
-    """A block-wise 8-bit buffer standing for a float32 array of `shape`: `codes` (int8 for the
-    signed code, uint8 for the unsigned one, in `shape`) and `scale` (float32, one per block of
-    `block_size` consecutive values in row-major order). Both are ordinary arrays (pytree
-    children); `shape`, `block_size` and `signed` are static."""
+    """A quantized buffer standing for a float32 array of `shape`: `codes` (8-bit codes in
+    `shape`: int8 for the signed code, uint8 for the unsigned one; 4-bit codes two per uint8,
+    the last axis halved) and `scale` (float32: one per block of `block_size` values, or the
+    row then the column maxima of a rank-1 normalised 4-bit second moment). Both are ordinary
+    arrays (pytree children); `shape`, `block_size`, `signed` and `codec` (`"dynamic"`, the
+    table codec of `gradtx.quantized()`; `"sqrt8"`, `"dynamic4"`, `"linear4"`: see
+    `_lowbit`) are static."""
 
-    __slots__ = ("block_size", "codes", "scale", "shape", "signed")
+    __slots__ = ("block_size", "codec", "codes", "scale", "shape", "signed")
 
     def __init__(
-        self, codes: Any, scale: Any, shape: tuple[int, ...], block_size: int, signed: bool
+        self,
+        codes: Any,
+        scale: Any,
+        shape: tuple[int, ...],
+        block_size: int,
+        signed: bool,
+        codec: str = "dynamic",
     ):
         self.codes = codes
         self.scale = scale
         self.shape = tuple(shape)
         self.block_size = int(block_size)
         self.signed = bool(signed)
+        self.codec = codec
+
+    @property
+    def bits(self) -> int:
+        return 4 if self.codec in _lowbit.FOUR_BIT else 8
+
+    @property
+    def storage(self) -> str:
+        """How the buffer is stored, in words: `"8-bit"`, `"8-bit sqrt"` or `"4-bit"`."""
+        return {"dynamic": "8-bit", "sqrt8": "8-bit sqrt"}.get(self.codec, "4-bit")
 
     @property
     def dtype(self) -> jnp.dtype:
@@ -214,15 +289,18 @@ class QuantizedArray:
     def tree_flatten_with_keys(self):
         keys = jax.tree_util.GetAttrKey
         children = ((keys("codes"), self.codes), (keys("scale"), self.scale))
-        return children, (self.shape, self.block_size, self.signed)
+        return children, (self.shape, self.block_size, self.signed, self.codec)
 
     @classmethod
     def tree_unflatten(cls, aux, children):
         return cls(children[0], children[1], *aux)
 
     def __repr__(self) -> str:
-        code = "int8" if self.signed else "uint8"
-        return f"QuantizedArray(shape={self.shape}, codes={code}, block_size={self.block_size})"
+        code = "int8" if self.signed and self.bits == 8 else "uint8"
+        codec = "" if self.codec == "dynamic" else f", codec={self.codec!r}"
+        return (
+            f"QuantizedArray(shape={self.shape}, codes={code}, block_size={self.block_size}{codec})"
+        )
 
 
 def is_quantized(x: Any) -> bool:
@@ -234,10 +312,6 @@ def wants_quantized(spec: QuantizedDtype, leaf: Any) -> bool:
     dtype = jnp.dtype(getattr(leaf, "dtype", jnp.result_type(leaf)))
     size = math.prod(np.shape(leaf))
     return bool(jnp.issubdtype(dtype, jnp.floating)) and size >= max(spec.min_size, 1)
-
-
-def _blocks(n: int, block_size: int) -> int:
-    return max(-(-n // block_size), 1)
 
 
 def _magnitudes(signed: bool) -> np.ndarray:
@@ -313,70 +387,6 @@ def _nearest_fast(y: jax.Array, signed: bool) -> jax.Array:
     return start + j - closer_below + closer_above
 
 
-def _row_block(shape: tuple[int, ...], block_size: int) -> int | None:
-    """The block length along the last axis when blocks can follow the rows: the largest divisor
-    of the last dimension in [block_size / 2, block_size]; None otherwise (flat blocks)."""
-    if not shape:
-        return None
-    last = shape[-1]
-    for b in range(min(block_size, last), block_size // 2 - 1, -1):
-        if b > 0 and last % b == 0:
-            return b
-    return None
-
-
-def _num_blocks(shape: tuple[int, ...], block_size: int) -> int:
-    b = _row_block(shape, block_size)
-    return math.prod(shape) // b if b else _blocks(math.prod(shape), block_size)
-
-
-def _per_value(scale: jax.Array, shape: tuple[int, ...], block_size: int) -> jax.Array:
-    """Each value's block scale, in `shape` (a broadcast XLA fuses into its consumer; with
-    row-aligned blocks it is a plain broadcast, with flat ones it needs index arithmetic)."""
-    b = _row_block(shape, block_size)
-    if b:
-        lead = (*shape[:-1], shape[-1] // b)
-        return jnp.broadcast_to(scale.reshape(*lead, 1), (*lead, b)).reshape(shape)
-    n = math.prod(shape)
-    full = jnp.broadcast_to(scale[:, None], (scale.shape[0], block_size)).reshape(-1)
-    return full[:n].reshape(shape)
-
-
-def _block_absmax(x: jax.Array, block_size: int) -> jax.Array:
-    """Largest magnitude of each block of `x` (NaN or inf for a block holding one): blocks of
-    `_row_block` values along the last axis when it has a divisor near `block_size`, else of
-    `block_size` consecutive values of the flattened array (the last one short).
-
-    Computed by halving: the elementwise maximum of a block's two halves, repeated, which XLA
-    fuses into one pass with the producer of `x`. A `max` reduction over the block axis is ~6x
-    slower on XLA:CPU (about 70 ms against 12 ms for 16M float32 values, 2 cores) and cannot
-    take its producer into its fusion, so the new moment would be written out first.
-    """
-    shape = tuple(x.shape)
-    mag = jnp.abs(x)
-    b = _row_block(shape, block_size)
-    if b:
-        return _halving_max(mag.reshape(-1, b))
-    mag = mag.reshape(-1)
-    whole = mag.size // block_size
-    parts = []
-    if whole:  # no pad of the whole array: XLA would write the padded copy out first
-        parts.append(_halving_max(mag[: whole * block_size].reshape(whole, block_size)))
-    if mag.size % block_size or not mag.size:
-        parts.append(_halving_max(mag[whole * block_size :][None, :]))
-    return parts[0] if len(parts) == 1 else jnp.concatenate(parts)
-
-
-def _halving_max(m: jax.Array) -> jax.Array:
-    """Row maxima of `m` by repeated halving (overlapping halves for an odd width)."""
-    if m.shape[1] == 0:
-        return jnp.zeros(m.shape[0], m.dtype)
-    while m.shape[1] > 1:
-        width = m.shape[1]
-        m = jnp.maximum(m[:, : (width + 1) // 2], m[:, width // 2 :])
-    return m[:, 0]
-
-
 def _fast_codes(y: jax.Array, signed: bool) -> jax.Array:
     """The codes of finite `y` = value / scale in [-1, 1] (up to rounding), arithmetic only."""
     k = _nearest_fast(jnp.minimum(jnp.abs(y), 1.0), signed)
@@ -384,15 +394,6 @@ def _fast_codes(y: jax.Array, signed: bool) -> jax.Array:
         return (k * jnp.sign(y)).astype(jnp.int8)
     # a positive second moment never rounds to 0: the update divides by its root
     return jnp.maximum(k, jnp.sign(y)).astype(jnp.uint8)
-
-
-def _scale_factors(scale: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Per-block factors `(pre, inv)` with `x * pre * inv` = `x / scale` (0 for a zero scale).
-    `1 / scale` alone is a denormal (flushed to 0 on CPU) for scales above 2^126, so those
-    blocks are pre-scaled by 2^-64 first."""
-    pre = jnp.where(scale > 2.0**100, jnp.float32(2.0**-64), jnp.float32(1.0))
-    inv = jnp.where(scale > 0, 1.0 / jnp.where(scale > 0, scale * pre, 1.0), 0.0)
-    return pre, inv
 
 
 def _codes(
@@ -408,15 +409,19 @@ def _codes(
     return jnp.where(finite, codes, jnp.asarray(nan_code, codes.dtype))
 
 
-def encode(x: Any, *, block_size: int, signed: bool) -> QuantizedArray:
+def encode(x: Any, *, block_size: int, signed: bool, codec: str = "dynamic") -> QuantizedArray:
     r"""Quantize `x` (any real float array) block by block. The codes have `x`'s shape; block `b`
     holds values `b * block_size` ... of `x` in row-major order. The unsigned code stores
-    :math:`\sqrt{\max(x, 0)}` (see `decode`).
+    :math:`\sqrt{\max(x, 0)}` (see `decode`). Another `codec` than the dynamic table: see
+    `_lowbit`.
 
     A leaf with a NaN or an infinity anywhere takes a slower exact path (under `lax.cond`), which
     codes those values as NaN and leaves the rest of their blocks as if they were 0."""
     x = jnp.asarray(x).astype(jnp.float32)
     shape = tuple(x.shape)
+    if codec != "dynamic":
+        codes, scale = _lowbit.encode(x, block_size=block_size, signed=signed, codec=codec)
+        return QuantizedArray(codes, scale, shape, block_size, signed, codec)
     if not signed:
         x = jnp.sqrt(jnp.maximum(x, 0.0))  # NaN stays NaN, +inf stays +inf
     raw = _block_absmax(x, block_size)  # NaN or inf for a block holding one
@@ -475,14 +480,32 @@ def _decoded(codes: jax.Array, scale: jax.Array, signed: bool) -> jax.Array:
 
 def decode(q: QuantizedArray) -> jax.Array:
     """The float32 array `q` stands for: :math:`T[c] A_b`, squared for the unsigned code; NaN
-    at the NaN code."""
+    at the NaN code (another codec: `_lowbit.decode`)."""
+    if q.codec != "dynamic":
+        return _lowbit.decode(q.codes, q.scale, q.shape, q.block_size, q.signed, q.codec)
     return _decoded(q.codes, _per_value(q.scale, q.shape, q.block_size), q.signed)
+
+
+def error_bound(q: QuantizedArray) -> jax.Array:
+    r"""The largest `|decode(encode(x)) - x|` of each value of buffer `q` (in `q.shape`): half the
+    widest gap between the codec's levels, times each value's scale (`_lowbit.error_bound`;
+    the dynamic table's widest gap is at its top, and its unsigned code's bound on
+    :math:`\sqrt v` is carried to :math:`v`)."""
+    if q.codec != "dynamic":
+        return _lowbit.error_bound(q.scale, q.shape, q.block_size, q.signed, q.codec)
+    table = SIGNED_TABLE if q.signed else UNSIGNED_TABLE
+    half = float(np.max(np.diff(table.astype(np.float64))) / 2.0)
+    scale = _per_value(q.scale, q.shape, q.block_size)
+    return half * scale if q.signed else (2.0 * half + half * half) * scale * scale
 
 
 def zeros(leaf: Any, spec: QuantizedDtype, signed: bool, fill_value: Any = 0.0) -> QuantizedArray:
     """A quantized buffer for parameter leaf `leaf` (array or `ShapeDtypeStruct`) holding
     `fill_value` everywhere."""
     shape = tuple(leaf.shape) if hasattr(leaf, "shape") else tuple(np.shape(leaf))
+    codec = spec.codec(signed)
+    if codec != "dynamic":
+        return _lowbit_constant(shape, spec.block_size, signed, codec, fill_value)
     value = None
     if not isinstance(fill_value, jax.core.Tracer) and np.ndim(fill_value) == 0:
         with np.errstate(over="ignore"):  # a value beyond float32 becomes inf, as in encode
@@ -505,6 +528,33 @@ def _constant_code(value: jax.Array, *, block_size: int, signed: bool) -> tuple:
     """`(code, scale)` of every block of an array filled with `value`."""
     q = encode(jnp.full((1,), value, jnp.float32), block_size=block_size, signed=signed)
     return q.codes[0], q.scale[0]
+
+
+def _lowbit_constant(
+    shape: tuple[int, ...], block_size: int, signed: bool, codec: str, fill_value: Any
+) -> QuantizedArray:
+    """A `codec` buffer of `shape` holding `fill_value` everywhere: every block (row, column)
+    of a constant has the same code and scale, those of a small array of it, broadcast (a
+    traced or non-scalar value is encoded as a whole)."""
+    if isinstance(fill_value, jax.core.Tracer) or np.ndim(fill_value) != 0:
+        full = jnp.full(shape, fill_value, jnp.float32)
+        return encode(full, block_size=block_size, signed=signed, codec=codec)
+    small = (2, 2) if _lowbit.rank1(shape, codec) else (2,)
+    codes, scale = _lowbit_constant_code(
+        np.float32(fill_value), small, block_size=block_size, signed=signed, codec=codec
+    )
+    codes = jnp.full(_lowbit.code_shape(shape, codec), codes[(0,) * len(small)], codes.dtype)
+    n = _lowbit.num_scales(shape, block_size, codec)
+    return QuantizedArray(
+        codes, jnp.full((n,), scale[0], jnp.float32), shape, block_size, signed, codec
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("small", "block_size", "signed", "codec"))
+def _lowbit_constant_code(value, small, *, block_size, signed, codec):
+    return _lowbit.encode(
+        jnp.full(small, value, jnp.float32), block_size=block_size, signed=signed, codec=codec
+    )
 
 
 def state_buffer(leaf: Any, dtype: Any, *, signed: bool, fill_value: Any = 0.0) -> Any:

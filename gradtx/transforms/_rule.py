@@ -305,7 +305,9 @@ def _nested(state_cls: type, slots: Mapping[str, Slot]) -> bool:
 
 
 def _packs(dtype: Any) -> bool:
-    return bool(getattr(dtype, "pack_leaves", True))
+    """Whether a quantized spec lets its leaves be stepped stacked (`_packing`, the dynamic
+    8-bit codec's)."""
+    return bool(dtype.pack_leaves) and dtype.codec(True) == "dynamic"
 
 
 def _transformation(
@@ -438,7 +440,7 @@ def _packed_groups(gs: list[Any], buffers: list[list[Any]]) -> list[list[int]]:
     for i, g in enumerate(gs):
         bufs = [b[i] for b in buffers]
         if (
-            all(isinstance(b, QuantizedArray) for b in bufs)
+            all(isinstance(b, QuantizedArray) and b.codec == "dynamic" for b in bufs)
             and len({b.block_size for b in bufs}) == 1
             and jnp.promote_types(g.dtype, jnp.float32) == jnp.float32
         ):

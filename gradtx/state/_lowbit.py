@@ -1,0 +1,277 @@
+r"""The arithmetic codecs of quantized state buffers: companded 8-bit and 4-bit (internal).
+
+Each codec maps a float32 buffer to integer codes and float32 scales, and back. All of them
+round to the nearest level, keep a NaN or an infinity visible (one code decodes to NaN; finite
+values stay finite) and compute their scales afresh from the value they store. `_quantize`
+holds `QuantizedArray` and the dynamic-table 8-bit codec; this module the others:
+
+- `"sqrt8"`: 8-bit, blocks as the dynamic codec's (`_blocks`), the square-root (power 2)
+  companding map. Signed (first moments): code :math:`c \in [-127, 127]` stands for
+  :math:`\mathrm{sign}(c)\,(c/127)^2 A_b`, -128 is NaN. Unsigned (second moments): it stores
+  :math:`r = \sqrt v` like the dynamic codec, code :math:`c \in [0, 254]` stands for
+  :math:`r = (c/254)^2 A_b` (so :math:`v = (c/254)^4 A_b^2`), 255 is NaN, and a positive value
+  never rounds to 0. No table, no transcendental: a `sqrt` to encode, products to decode.
+- `"dynamic4"`: 4-bit signed, the dynamic-exponent map of Li et al. for first moments: the
+  magnitudes 0, 0.0325, 0.0775 (decade :math:`10^{-1}`), 0.2125, 0.4375, 0.6625, 0.8875
+  (decade 1) and 1, times the block's largest magnitude; blocks of 128 by default. Code
+  :math:`c \in [-7, 7]` is stored as the nibble :math:`c + 8`; nibble 0 is NaN.
+- `"linear4"`: 4-bit unsigned, for second moments: the zero-free linear map
+  :math:`v = (k + 1) / 15 \cdot n`, :math:`k \in [0, 14]` (nibble 15 is NaN). On a leaf of two
+  or more dimensions the normaliser is rank-1 (Li et al.): :math:`n_{ij} = \min(R_i, C_j)` with
+  :math:`R` the largest value of each row (last axis) and :math:`C` of each column, per matrix of
+  the last two axes (leading axes are batch axes); the scales hold :math:`R` then :math:`C`. On a
+  vector it is the block's largest value. Zero is no level: a second moment never decodes to 0
+  under a non-zero normaliser, so Adam never divides a first moment by :math:`\epsilon` alone.
+
+4-bit codes are packed two per byte along the last axis (`uint8`, the low nibble first; an odd
+last axis gets one padding nibble), so a buffer of shape `(..., n)` has codes of shape
+`(..., ceil(n / 2))`.
+
+Scales come from the new value itself (a block maximum, or row and column maxima): the new
+moment is written out once (`optimization_barrier`) and the maxima read from it, which XLA:CPU
+runs ~1.7x faster than recomputing the moment inside the reduction (benchmarks/README.md,
+"Training state in 4 bits").
+
+References: Li, Chen, Zhu, "Memory Efficient Optimizers with 4-bit States" (NeurIPS 2023);
+Dettmers et al., "8-bit Optimizers via Block-wise Quantization" (ICLR 2022).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._blocks import _block_absmax, _num_blocks, _per_value, _scale_factors
+
+CODECS = ("dynamic", "sqrt8", "dynamic4", "linear4")
+FOUR_BIT = ("dynamic4", "linear4")
+
+DYNAMIC4_MAGNITUDES = np.array(
+    [0.0, 0.0325, 0.0775, 0.2125, 0.4375, 0.6625, 0.8875, 1.0], np.float32
+)
+_DYNAMIC4_THRESHOLDS = (DYNAMIC4_MAGNITUDES[:-1] + DYNAMIC4_MAGNITUDES[1:]) / 2.0
+
+
+def rank1(shape: tuple[int, ...], codec: str) -> bool:
+    """Whether a `codec` buffer of `shape` has row and column scales (else block scales)."""
+    return codec == "linear4" and len(shape) >= 2
+
+
+def code_shape(shape: tuple[int, ...], codec: str) -> tuple[int, ...]:
+    """The shape of the codes of a buffer of `shape`: its own, halved along the last axis for
+    the 4-bit codecs."""
+    if codec in FOUR_BIT and shape:
+        return (*shape[:-1], -(-shape[-1] // 2))
+    return tuple(shape)
+
+
+def num_scales(shape: tuple[int, ...], block_size: int, codec: str) -> int:
+    if rank1(shape, codec):
+        return math.prod(shape[:-2]) * (shape[-2] + shape[-1])
+    return _num_blocks(tuple(shape), block_size)
+
+
+def code_dtype(codec: str, signed: bool) -> Any:
+    if codec in FOUR_BIT:
+        return jnp.uint8
+    return jnp.int8 if signed else jnp.uint8
+
+
+# --------------------------------------------------------------------------------------------
+# Scales
+# --------------------------------------------------------------------------------------------
+
+
+def _rank1_maxima(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """`(R, C)`: the largest magnitude of each row and each column of every matrix of the last
+    two axes (NaN or inf where one is)."""
+    mag = jnp.abs(x)
+    return jnp.max(mag, axis=-1), jnp.max(mag, axis=-2)
+
+
+def _scales(x: jax.Array, block_size: int, codec: str) -> jax.Array:
+    """The scale vector of stored value `x` (`x` already non-negative for unsigned codes)."""
+    if rank1(tuple(x.shape), codec):
+        rows, cols = _rank1_maxima(x)
+        return jnp.concatenate([rows.reshape(-1), cols.reshape(-1)])
+    return _block_absmax(x, block_size)
+
+
+def _normaliser(scale: jax.Array, shape: tuple[int, ...], block_size: int, codec: str):
+    """Each value's normaliser in `shape`: its block's scale, or :math:`\\min(R_i, C_j)`."""
+    if rank1(shape, codec):
+        batch = shape[:-2]
+        rows_n = math.prod(batch) * shape[-2]
+        rows = scale[:rows_n].reshape(*batch, shape[-2], 1)
+        cols = scale[rows_n:].reshape(*batch, 1, shape[-1])
+        return jnp.minimum(rows, cols)
+    return _per_value(scale, shape, block_size)
+
+
+# --------------------------------------------------------------------------------------------
+# Level arithmetic: `y` (value over its normaliser, finite) -> code, code -> level
+# --------------------------------------------------------------------------------------------
+
+
+def _levels(y: jax.Array, codec: str, signed: bool) -> jax.Array:
+    """The code (as float32) of finite `y` in [-1, 1]; for the 4-bit codecs, the nibble."""
+    a = jnp.minimum(jnp.abs(y), 1.0)
+    if codec == "sqrt8":
+        if signed:
+            return jnp.round(127.0 * jnp.sqrt(a)) * jnp.sign(y)
+        # a positive second moment never rounds to 0: the update divides by its root
+        return jnp.maximum(jnp.round(254.0 * jnp.sqrt(a)), jnp.sign(a))
+    if codec == "dynamic4":
+        k = jnp.zeros_like(a)
+        for t in _DYNAMIC4_THRESHOLDS:  # how many midpoints lie below: the nearest magnitude
+            k = k + jnp.maximum(jnp.sign(a - np.float32(t)), 0.0)
+        return k * jnp.sign(y) + 8.0
+    # linear4: the nearest of (k + 1) / 15, k = 0..14 (0 rounds up to the first level)
+    return jnp.clip(jnp.round(15.0 * a) - 1.0, 0.0, 14.0)
+
+
+def _nan_code(codec: str, signed: bool) -> float:
+    if codec == "sqrt8":
+        return -128.0 if signed else 255.0
+    return 0.0 if codec == "dynamic4" else 15.0
+
+
+def _dynamic4_table() -> np.ndarray:
+    """Level of each nibble: NaN at 0, then -1, ..., 0, ..., 1 (code = nibble - 8)."""
+    m = DYNAMIC4_MAGNITUDES
+    return np.concatenate([[np.nan], -m[::-1], m[1:]]).astype(np.float32)
+
+
+def _level_values(c: jax.Array, codec: str, signed: bool) -> jax.Array:
+    """The level of float code `c` (before the normaliser; unsigned `sqrt8`: before squaring),
+    NaN at the NaN code."""
+    if codec == "sqrt8":
+        if signed:
+            t = c / 127.0
+            return t * jnp.abs(t) + jnp.sqrt(127.5 - jnp.abs(c)) * 0.0
+        t = jnp.minimum(c, 254.0) / 254.0
+        return t * t + jnp.sqrt(254.5 - c) * 0.0
+    if codec == "dynamic4":
+        table = jnp.asarray(_dynamic4_table())
+        return jnp.take(table, c.astype(jnp.int32), mode="clip")
+    return (jnp.minimum(c, 14.0) + 1.0) / 15.0 + jnp.sqrt(14.5 - c) * 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# Nibble packing
+# --------------------------------------------------------------------------------------------
+
+
+def _pack_nibbles(k: jax.Array) -> jax.Array:
+    """Float nibbles (0..15) in `shape` -> `uint8` pairs along the last axis, low nibble first."""
+    if k.ndim == 0:
+        k = k.reshape(1)
+    n = k.shape[-1]
+    if n % 2:
+        k = jnp.concatenate([k, jnp.zeros((*k.shape[:-1], 1), k.dtype)], axis=-1)
+    pairs = k.reshape(*k.shape[:-1], -1, 2)
+    return (pairs[..., 0] + 16.0 * pairs[..., 1]).astype(jnp.uint8)
+
+
+def _unpack_nibbles(codes: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """The float nibbles of packed `codes`, in `shape`."""
+    lo = jnp.bitwise_and(codes, jnp.uint8(15))
+    hi = jnp.right_shift(codes, jnp.uint8(4))
+    both = jnp.stack([lo, hi], axis=-1).reshape(*codes.shape[:-1], -1)
+    n = shape[-1] if shape else 1
+    if both.shape[-1] != n:
+        both = both[..., :n]
+    return both.reshape(shape).astype(jnp.float32)
+
+
+# --------------------------------------------------------------------------------------------
+# Encode / decode
+# --------------------------------------------------------------------------------------------
+
+
+def _stored(x: jax.Array, codec: str, signed: bool) -> jax.Array:
+    """What the codes hold: the value, or :math:`\\sqrt{\\max(v, 0)}` (unsigned `sqrt8`), or
+    :math:`\\max(v, 0)` (`linear4`)."""
+    if signed:
+        return x
+    x = jnp.maximum(x, 0.0)  # NaN stays NaN
+    return jnp.sqrt(x) if codec == "sqrt8" else x
+
+
+def encode(x: Any, *, block_size: int, signed: bool, codec: str) -> tuple[jax.Array, jax.Array]:
+    """`(codes, scales)` of float array `x` under `codec`. A leaf with a NaN or an infinity
+    takes an exact path (under `lax.cond`) that codes those values as NaN and scales the rest of
+    their blocks (rows, columns) as if they were 0."""
+    x = jnp.asarray(x).astype(jnp.float32)
+    shape = tuple(x.shape)
+    # written out once: the maxima and the codes read it (see the module docstring)
+    s = jax.lax.optimization_barrier(_stored(x, codec, signed))
+    raw = _scales(s, block_size, codec)  # NaN or inf where a block holds one
+
+    def codes_with(scale, finite=None):
+        if rank1(shape, codec):  # a value is at most its normaliser, which is 0 only for a 0
+            n = _normaliser(scale, shape, block_size, codec)
+            y = s / jnp.maximum(n, np.float32(np.finfo(np.float32).tiny))
+        else:
+            pre, inv = _scale_factors(scale)
+            y = s * _per_value(pre, shape, block_size) * _per_value(inv, shape, block_size)
+        if finite is not None:
+            y = jnp.where(finite, y, 0.0)
+        k = _levels(y, codec, signed)
+        if finite is not None:
+            k = jnp.where(finite, k, _nan_code(codec, signed))
+        return k
+
+    def fast(_):
+        return codes_with(raw), raw
+
+    def exact(_):
+        finite = jnp.isfinite(s)
+        scale = _scales(jnp.where(finite, s, 0.0), block_size, codec)
+        return codes_with(scale, finite), scale
+
+    k, scale = jax.lax.cond(jnp.isfinite(jnp.sum(raw)), fast, exact, None)
+    if codec in FOUR_BIT:
+        return _pack_nibbles(k), scale
+    return k.astype(code_dtype(codec, signed)), scale
+
+
+def decode(
+    codes: jax.Array,
+    scale: jax.Array,
+    shape: tuple[int, ...],
+    block_size: int,
+    signed: bool,
+    codec: str,
+) -> jax.Array:
+    """The float32 array that `(codes, scale)` stand for, NaN at the NaN code."""
+    if codec in FOUR_BIT:
+        c = _unpack_nibbles(codes, shape)
+    else:
+        c = codes.astype(jnp.float32)
+    level = _level_values(c, codec, signed)
+    value = level * _normaliser(scale, shape, block_size, codec)
+    if codec == "sqrt8" and not signed:
+        return value * value
+    return value
+
+
+def error_bound(
+    scale: jax.Array, shape: tuple[int, ...], block_size: int, signed: bool, codec: str
+) -> jax.Array:
+    """The largest `|decode(encode(x)) - x|` of each value of a buffer with these scales: half
+    the widest gap between the codec's levels times the normaliser (for `linear4` the first
+    level, 1/15, which is also what a 0 decodes to; for the unsigned `sqrt8` code the bound on
+    :math:`\\sqrt v` carried to :math:`v`)."""
+    n = _normaliser(scale, shape, block_size, codec)
+    if codec == "sqrt8":
+        top = 127.0 if signed else 254.0
+        half = 0.5 * (1.0 - ((top - 1.0) / top) ** 2)
+        return half * n if signed else (2.0 * half + half * half) * n * n
+    if codec == "dynamic4":
+        return float(np.max(np.diff(DYNAMIC4_MAGNITUDES)) / 2.0) * n
+    return n / 15.0
