@@ -37,6 +37,7 @@ from ._base._version import __version__ as __version__
 from .checkpoint import CheckpointError as CheckpointError
 from .checkpoint import Migration as Migration
 from .checkpoint import MigrationReport as MigrationReport
+from .checkpoint import StateBytes as StateBytes
 from .checkpoint import StateSummary as StateSummary
 from .checkpoint import from_optax_state as from_optax_state
 from .checkpoint import from_torch_state_dict as from_torch_state_dict
@@ -45,6 +46,7 @@ from .checkpoint import load as load
 from .checkpoint import load_state_dict as load_state_dict
 from .checkpoint import migrate as migrate
 from .checkpoint import save as save
+from .checkpoint import state_bytes as state_bytes
 from .checkpoint import state_dict as state_dict
 from .checkpoint import to_torch_state_dict as to_torch_state_dict
 from .checkpoint import torch_names as torch_names
@@ -304,6 +306,7 @@ from .wrappers import ApplyEvery as ApplyEvery
 from .wrappers import ApplyEveryState as ApplyEveryState
 from .wrappers import ApplyIfFiniteLocatedState as ApplyIfFiniteLocatedState
 from .wrappers import ApplyIfFiniteState as ApplyIfFiniteState
+from .wrappers import CompensationState as CompensationState
 from .wrappers import ConditionallyMaskState as ConditionallyMaskState
 from .wrappers import ConditionallyTransformState as ConditionallyTransformState
 from .wrappers import ConditionFn as ConditionFn
@@ -360,4 +363,5 @@ from .wrappers import skip_large_updates as skip_large_updates
 from .wrappers import skip_not_finite as skip_not_finite
 from .wrappers import skip_on_spikes as skip_on_spikes
 from .wrappers import sweep as sweep
+from .wrappers import with_compensation as with_compensation
 from .wrappers import with_hyperparameters as with_hyperparameters

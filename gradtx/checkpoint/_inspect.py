@@ -6,14 +6,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax import tree_util as jtu
 
 from .._base._checks import did_you_mean
 from .._base._typing import OptState
 from ..health import metrics, to_scalars
-from ..state._quantize import QuantizedArray, decode, error_bound
+from ..state._quantize import QuantizedArray, decode_compiled, error_bound_compiled
 from ..tree import path_str
 from ..tree._nonfinite import NonfiniteLocation
 from ._roles import roles, short_keys
@@ -354,8 +353,8 @@ def _quantized(state: OptState, key_of: dict[str, str]) -> tuple[QuantizedBuffer
         if not isinstance(q.codes, jax.ShapeDtypeStruct) and not isinstance(
             q.codes, jax.core.Tracer
         ):
-            max_abs = float(jnp.max(jnp.abs(decode(q)))) if q.codes.size else 0.0
-            bound = float(jnp.max(error_bound(q))) if q.codes.size else 0.0
+            max_abs = float(np.max(np.abs(np.asarray(decode_compiled(q))))) if q.codes.size else 0.0
+            bound = float(error_bound_compiled(q)) if q.codes.size else 0.0
         out.append(
             QuantizedBuffer(
                 key,

@@ -38,7 +38,7 @@ class StateBytes:
     def __str__(self) -> str:
         def line(name: str, n: int, per: float | None) -> str:
             text = f"{name}: {_human(n)}"
-            return text if per is None else f"{text}, {per:.3g} per parameter value"
+            return text if per is None else f"{text}, {per:.4g} per parameter value"
 
         head = "optimizer state"
         if self.parameters is not None:
@@ -95,8 +95,8 @@ def state_bytes(state: OptState, params: Params | None = None) -> StateBytes:
       (8008, 8.008)
       >>> print(report)
       optimizer state for 1,000 parameter values
-        total: 8,008 bytes (7.8 KiB), 8.01 per parameter value
-        optimizer: 8,008 bytes (7.8 KiB), 8.01 per parameter value
+        total: 8,008 bytes (7.8 KiB), 8.008 per parameter value
+        optimizer: 8,008 bytes (7.8 KiB), 8.008 per parameter value
         residual: 0 bytes, 0 per parameter value
     """
     total = _bytes(state)

@@ -27,7 +27,7 @@ import numpy as np
 from jax import tree_util as jtu
 
 from .._base._typing import OptState
-from ..state._quantize import QuantizedArray, decode, encode
+from ..state._quantize import QuantizedArray, decode_compiled, encode_compiled
 from ..tree import path_str
 from ..tree._paths import named_leaves
 from ._format import CheckpointError
@@ -163,9 +163,9 @@ def _convert(new: Role, old: Role, source: str) -> tuple[Any, str | None]:
             and value.codec == template.codec
         )
         if not same:
-            floats = decode(value) if isinstance(value, QuantizedArray) else value
+            floats = decode_compiled(value) if isinstance(value, QuantizedArray) else value
             value = jax.device_get(
-                encode(
+                encode_compiled(
                     np.asarray(floats, np.float32),
                     block_size=template.block_size,
                     signed=template.signed,
@@ -179,7 +179,7 @@ def _convert(new: Role, old: Role, source: str) -> tuple[Any, str | None]:
             codes, scale, template.shape, template.block_size, template.signed, template.codec
         ), note
     if isinstance(value, QuantizedArray):
-        value = np.asarray(decode(value))
+        value = np.asarray(decode_compiled(value))
         note = f"{_dtype_name(old.value)} -> "
     want = np.dtype(getattr(template, "dtype", np.asarray(template).dtype))
     if value.dtype != want:

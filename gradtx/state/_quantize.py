@@ -486,6 +486,13 @@ def decode(q: QuantizedArray) -> jax.Array:
     return _decoded(q.codes, _per_value(q.scale, q.shape, q.block_size), q.signed)
 
 
+#: `encode`, `decode` and `error_bound` as compiled programs (one per shape and codec), for code
+#: outside a step (migrate, inspect_state), where the op-by-op codec would dispatch dozens of
+#: small operations.
+encode_compiled = jax.jit(encode, static_argnames=("block_size", "signed", "codec"))
+decode_compiled = jax.jit(lambda q: decode(q))
+
+
 def error_bound(q: QuantizedArray) -> jax.Array:
     r"""The largest `|decode(encode(x)) - x|` of each value of buffer `q` (in `q.shape`): half the
     widest gap between the codec's levels, times each value's scale (`_lowbit.error_bound`;
@@ -497,6 +504,9 @@ def error_bound(q: QuantizedArray) -> jax.Array:
     half = float(np.max(np.diff(table.astype(np.float64))) / 2.0)
     scale = _per_value(q.scale, q.shape, q.block_size)
     return half * scale if q.signed else (2.0 * half + half * half) * scale * scale
+
+
+error_bound_compiled = jax.jit(lambda q: jnp.max(error_bound(q)))
 
 
 def zeros(leaf: Any, spec: QuantizedDtype, signed: bool, fill_value: Any = 0.0) -> QuantizedArray:

@@ -15,6 +15,8 @@ from ._averaging import LookaheadParams as LookaheadParams
 from ._averaging import LookaheadState as LookaheadState
 from ._averaging import ema_params as ema_params
 from ._averaging import lookahead as lookahead
+from ._compensation import CompensationState as CompensationState
+from ._compensation import with_compensation as with_compensation
 from ._conditional import ConditionallyMaskState as ConditionallyMaskState
 from ._conditional import ConditionallyTransformState as ConditionallyTransformState
 from ._conditional import ConditionFn as ConditionFn
@@ -74,6 +76,7 @@ __all__ = [
     "ApplyEveryState",
     "ApplyIfFiniteLocatedState",
     "ApplyIfFiniteState",
+    "CompensationState",
     "ConditionFn",
     "ConditionallyMaskState",
     "ConditionallyTransformState",
@@ -130,5 +133,6 @@ __all__ = [
     "skip_not_finite",
     "skip_on_spikes",
     "sweep",
+    "with_compensation",
     "with_hyperparameters",
 ]

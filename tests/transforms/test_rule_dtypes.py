@@ -1,9 +1,10 @@
-"""The moment rules written with `gradtx.transforms._rule.rule` take their moment dtypes: bf16 and
-`gradtx.quantized()` 8-bit buffers are stored as asked, and 20 steps on a small quadratic end
-at about the loss that float32 moments reach.
+"""The moment rules written with `gradtx.transforms._rule.rule` take their moment dtypes: bf16,
+`gradtx.quantized()` 8-bit (the dynamic table and the square-root map) and `quantized(bits=4)`
+buffers are stored as asked, and 20 steps on a small quadratic end at about the loss that float32
+moments reach.
 
-One configuration per rule, and one compiled program per rule: its float32, bf16 and 8-bit runs
-are three `jax.lax.scan`s of one jitted function.
+One configuration per rule, and one compiled program per rule: its float32, bf16, 8-bit and
+4-bit runs are `jax.lax.scan`s of one jitted function.
 """
 
 from __future__ import annotations
@@ -22,7 +23,21 @@ STEPS = 20
 #: A narrow run's final loss is within this factor of the float32 run's (either way); measured:
 #: within 1.12 (8-bit Adan), most within 1.05.
 FACTOR = 1.25
+#: 4-bit runs only have to descend (to this fraction of the start, or to within FACTOR of float32
+#: where float32 itself descends less; measured at most 0.2 of the start): on this
+#: noiseless quadratic a 4-bit first moment sticks at a level (a decay by less than half the gap
+#: to the next level rounds back up), so Adam-type rules overshoot coordinates that have
+#: converged (final loss ~4.7x float32's for Adam; 0.89x with 4-bit second moments alone).
+#: Training quality with 4-bit states is measured on the language model (`--lowbit`).
+DESCENT_4BIT = 0.35
+#: Rules whose moments hold differences, which 4-bit codes cannot resolve (the centred second
+#: moment of `scale_by_stddev`, v - m^2, loses all its digits; Adan's moment of gradient
+#: differences): stored and finite, not compared.
+CANCELLING = ("scale_by_stddev", "scale_by_adan")
 Q8 = gradtx.quantized(block_size=16, min_size=0)  # every leaf below is quantized
+SQRT8 = gradtx.quantized(block_size=16, min_size=0, mapping="sqrt")
+Q4 = gradtx.quantized(block_size=16, min_size=0, bits=4)
+CODECS = {"quantized": (Q8, "dynamic"), "sqrt8": (SQRT8, "sqrt8"), "4bit": (Q4, None)}
 
 
 class Rule(NamedTuple):
@@ -123,7 +138,10 @@ def _configs(rule: Rule) -> dict[str, dict[str, Any]]:
     return {
         "float32": {},
         "bfloat16": {k: jnp.bfloat16 for k in keywords},
-        "quantized": {k: jnp.bfloat16 if k in rule.float_only else Q8 for k in keywords},
+        **{
+            name: {k: jnp.bfloat16 if k in rule.float_only else spec for k in keywords}
+            for name, (spec, _) in CODECS.items()
+        },
     }
 
 
@@ -159,18 +177,26 @@ def test_narrow_moments_are_stored_as_asked_and_descend_like_float32(name):
     out = run(params)
     start, loss32 = float(_loss(params)), float(out["float32"][0])
     assert loss32 < 0.6 * start, (name, start, loss32)  # the configuration does descend
-    for config in ("bfloat16", "quantized"):
+    for config in ("bfloat16", *CODECS):
         loss, state = out[config]
         loss = float(loss)
-        assert loss32 / FACTOR <= loss <= FACTOR * loss32, (name, config, start, loss, loss32)
+        if config == "4bit":
+            assert np.isfinite(loss), (name, config, loss)
+            if name not in CANCELLING:
+                bound = max(DESCENT_4BIT * start, FACTOR * loss32)
+                assert loss < min(bound, start), (name, config, start, loss, loss32)
+        else:
+            assert loss32 / FACTOR <= loss <= FACTOR * loss32, (name, config, start, loss, loss32)
         slots = _slots(state)
         for field, keyword in rule.fields.items():
             wanted = configs[config][keyword]
             leaves = jax.tree.leaves(slots[field], is_leaf=Q.is_quantized)
             assert len(leaves) == len(params), (name, config, field)
             for leaf in leaves:
-                if wanted is Q8:
+                if config in CODECS and wanted is CODECS[config][0]:
                     assert Q.is_quantized(leaf), (name, config, field, type(leaf))
                     assert leaf.block_size == 16, (name, config, field)
+                    codec = CODECS[config][1] or ("dynamic4" if leaf.signed else "linear4")
+                    assert leaf.codec == codec, (name, config, field, leaf.codec)
                 else:
                     assert leaf.dtype == jnp.bfloat16, (name, config, field, leaf.dtype)
