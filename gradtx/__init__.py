@@ -310,6 +310,7 @@ from .wrappers import CompensationState as CompensationState
 from .wrappers import ConditionallyMaskState as ConditionallyMaskState
 from .wrappers import ConditionallyTransformState as ConditionallyTransformState
 from .wrappers import ConditionFn as ConditionFn
+from .wrappers import DiLoCoState as DiLoCoState
 from .wrappers import EmaParamsState as EmaParamsState
 from .wrappers import EmaState as EmaState
 from .wrappers import InjectHyperparamsState as InjectHyperparamsState
@@ -335,6 +336,7 @@ from .wrappers import apply_if_finite as apply_if_finite
 from .wrappers import box as box
 from .wrappers import conditionally_mask as conditionally_mask
 from .wrappers import conditionally_transform as conditionally_transform
+from .wrappers import diloco as diloco
 from .wrappers import ema as ema
 from .wrappers import ema_params as ema_params
 from .wrappers import freeze as freeze

@@ -24,6 +24,8 @@ from ._conditional import conditionally_mask as conditionally_mask
 from ._conditional import conditionally_transform as conditionally_transform
 from ._conditional import skip_large_updates as skip_large_updates
 from ._conditional import skip_not_finite as skip_not_finite
+from ._diloco import DiLoCoState as DiLoCoState
+from ._diloco import diloco as diloco
 from ._ema import EmaState as EmaState
 from ._ema import ema as ema
 from ._ema import measure_with_ema as measure_with_ema
@@ -80,6 +82,7 @@ __all__ = [
     "ConditionFn",
     "ConditionallyMaskState",
     "ConditionallyTransformState",
+    "DiLoCoState",
     "EmaParamsState",
     "EmaState",
     "InjectHyperparamsState",
@@ -105,6 +108,7 @@ __all__ = [
     "box",
     "conditionally_mask",
     "conditionally_transform",
+    "diloco",
     "ema",
     "ema_params",
     "freeze",
