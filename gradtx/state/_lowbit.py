@@ -131,6 +131,24 @@ def _normaliser(scale: jax.Array, shape: tuple[int, ...], block_size: int, codec
     return _per_value(scale, shape, block_size)
 
 
+def _rank1_inverse(scale: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    r"""Each value's :math:`1 / \min(R_i, C_j)` = :math:`\max(1 / R_i, 1 / C_j)`: inverses of
+    the row and column maxima (0 for a 0, whose row or column holds only zeros), so the
+    per-value work is a `max` and a product, not a division. Every maximum of a matrix is
+    first multiplied by one power of two, `2^-64` where the matrix's largest exceeds `2^100`,
+    so that no inverse is a subnormal that the CPU flushes to 0; the same factor goes on the
+    values (`_scale_factors` does this per block)."""
+    batch = shape[:-2]
+    rows_n = math.prod(batch) * shape[-2]
+    rows = scale[:rows_n].reshape(*batch, shape[-2], 1)
+    cols = scale[rows_n:].reshape(*batch, 1, shape[-1])
+    top = jnp.max(rows, axis=(-2, -1), keepdims=True)
+    pre = jnp.where(top > 2.0**100, jnp.float32(2.0**-64), jnp.float32(1.0))
+    inv_rows = jnp.where(rows > 0, 1.0 / jnp.where(rows > 0, rows * pre, 1.0), 0.0)
+    inv_cols = jnp.where(cols > 0, 1.0 / jnp.where(cols > 0, cols * pre, 1.0), 0.0)
+    return pre * jnp.maximum(inv_rows, inv_cols)
+
+
 # --------------------------------------------------------------------------------------------
 # Level arithmetic: `y` (value over its normaliser, finite) -> code, code -> level
 # --------------------------------------------------------------------------------------------
@@ -260,9 +278,8 @@ def encode(x: Any, *, block_size: int, signed: bool, codec: str) -> tuple[jax.Ar
     raw = _scales(s, block_size, codec)  # NaN or inf where a block holds one
 
     def codes_with(scale, finite=None):
-        if rank1(shape, codec):  # a value is at most its normaliser, which is 0 only for a 0
-            n = _normaliser(scale, shape, block_size, codec)
-            y = s / jnp.maximum(n, np.float32(np.finfo(np.float32).tiny))
+        if rank1(shape, codec):
+            y = s * _rank1_inverse(scale, shape)
         else:
             pre, inv = _scale_factors(scale)
             y = s * _per_value(pre, shape, block_size) * _per_value(inv, shape, block_size)
