@@ -46,6 +46,13 @@ def main(argv: list[str] | None = None) -> int:
         help="run only the 8-bit optimizer state benchmark (float32 / bf16 / 8-bit Adam)",
     )
     parser.add_argument(
+        "--lowbit",
+        action="store_true",
+        help="run only the low-bit training-state benchmark (float32 / bf16 / 8-bit / 4-bit "
+        "AdamW step times against the codecs' floors, state bytes, training quality with "
+        "bf16 params and compensation)",
+    )
+    parser.add_argument(
         "--health",
         action="store_true",
         help="run only the training-health overhead benchmark (with_metrics, skip_on_spikes, "
@@ -93,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         choices=("steps", "build", "quality"),
         help="with --quantized: run only this part (repeatable): step times, build times vs "
-        "the number of leaves, training quality",
+        "the number of leaves, training quality; with --lowbit: steps or quality",
     )
     donation = parser.add_mutually_exclusive_group()
     donation.add_argument(
@@ -120,6 +127,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.lowbit:
+        from .lowbit import PARTS as LOWBIT_PARTS
+        from .lowbit import main as lowbit_main
+
+        if args.part and not set(args.part) <= set(LOWBIT_PARTS):
+            parser.error(f"--lowbit: --part takes {' or '.join(LOWBIT_PARTS)}, got {args.part}")
+        return lowbit_main(
+            quick=args.quick,
+            out=args.out,
+            parts=args.part,
+            rounds=args.repeats,
+            log=lambda s: print(s, flush=True),
+        )
     if args.quantized:
         from .quantized import main as quantized_main
 

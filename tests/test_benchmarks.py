@@ -239,3 +239,81 @@ def test_population_grid_and_sequential_step_compile_once():
         p, s = jax.tree.map(jnp.copy, params), tx.init(params)
         p, s = step(p, s, *batches[m], gradtx.population_member(hp, m))
     assert step._cache_size() == 1
+
+
+@pytest.mark.subprocess
+def test_lowbit_benchmark_runs_quick(tmp_path, capsys):
+    code = main(["--lowbit", "--quick", "--out", str(tmp_path)])
+    assert code == 0
+    data = json.loads((tmp_path / "lowbit.json").read_text())
+    steps = data["steps"]
+    rows = {r["variant"]: r for r in steps["rows"]}
+    codecs = ("8-bit dynamic", "8-bit sqrt", "4-bit")
+    assert {"float32", "bf16 moments", "floor: float32 adamw (bare)", *codecs} <= set(rows)
+    for c in codecs:
+        for floor in ("reuse scales", "fresh max", "codec floor"):
+            assert rows[f"{c}: {floor}"]["ms"] > 0
+        assert rows[c]["vs_codec_floor"]["median"] > 0
+    b = steps["bytes"]
+    assert b["float32"]["total"] == pytest.approx(8.0, abs=0.01)
+    assert b["4-bit"]["mu_codes"] == b["4-bit"]["nu_codes"] == 0.5
+    assert b["4-bit"]["total"] < b["8-bit sqrt"]["total"] < b["bf16 moments"]["total"]
+    assert {r["piece"] for r in steps["pieces"]} >= {
+        "4-bit: decode m, v",
+        "8-bit sqrt: decode m, v",
+    }
+    lm = {r["variant"]: r for r in data["lm"]["rows"]}
+    assert {"float32", "4-bit", "4-bit, bf16 params + int8 compensation"} <= set(lm)
+    for name, r in lm.items():
+        assert not r["nan"] and np.isfinite(r["mean_loss"]), name
+    compensated = lm["4-bit, bf16 params + int8 compensation"]["memory"]
+    assert compensated["residual"] == pytest.approx(1.0, abs=0.01)  # int8, every leaf is bf16
+    assert compensated["persistent"] < lm["4-bit"]["memory"]["persistent"]
+    # --quick quantizes two of the tiny model's matrices (the ones with >= min_size values)
+    assert data["lm"]["quantized_leaves"] == ["['layer_0']['down']", "['layer_0']['up']"]
+    assert (
+        lm["4-bit"]["memory"]["optimizer_matrices"] < lm["float32"]["memory"]["optimizer_matrices"]
+    )
+    assert data["demo"]["quantized_leaves"] == ["['layer1']['kernel']"]
+    assert all(np.isfinite(r["mean_loss"]) for r in data["demo"]["rows"])
+    text = (tmp_path / "lowbit.md").read_text()
+    assert "| 4-bit: codec floor |" in text and "| float32 |" in text
+    with pytest.raises(SystemExit):
+        main(["--lowbit", "--quick", "--part", "build"])
+
+
+def test_lowbit_floors_compute_the_library_step():
+    """The `fresh max` and `codec floor` steps of the lowbit benchmark compute what the
+    library's quantized AdamW step computes (so the floors time the same work)."""
+    from benchmarks import lowbit
+    from gradtx.state import _quantize
+
+    shape = (16, 256)
+    p = jax.random.normal(jax.random.key(0), shape)
+    g = 1e-2 * jax.random.normal(jax.random.key(1), shape)
+    for codec in lowbit.CODECS:
+        tx = lowbit._adamw(lowbit.LR, lowbit._spec(codec))
+        state = tx.init(p)
+        mu, nu = lowbit._moments(state)
+        library, lib_p = lowbit._library_step(tx), jnp.copy(p)
+        for _ in range(3):
+            lib_p, state = library(lib_p, state, g)
+        for kind in ("fresh", "roundtrip"):
+            zero = [
+                _quantize.encode(
+                    jnp.zeros(shape), block_size=q.block_size, signed=q.signed, codec=q.codec
+                )
+                for q in (mu, nu)
+            ]
+            floor, fp, fs = lowbit._floor_step(kind), jnp.copy(p), (jnp.zeros((), jnp.int32), *zero)
+            for _ in range(3):
+                fp, fs = floor(fp, fs, g)
+            np.testing.assert_allclose(fp, lib_p, atol=1e-6, err_msg=f"{codec} {kind}")
+            for got, want in zip(fs[1:], lowbit._moments(state), strict=True):
+                np.testing.assert_allclose(
+                    _quantize.decode(got),
+                    _quantize.decode(want),
+                    rtol=1e-6,
+                    atol=1e-12,
+                    err_msg=f"{codec} {kind}",
+                )
