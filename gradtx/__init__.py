@@ -123,6 +123,7 @@ from .optimizers import adamw as adamw
 from .optimizers import adan as adan
 from .optimizers import amsbound as amsbound
 from .optimizers import amsgrad as amsgrad
+from .optimizers import demo_momentum as demo_momentum
 from .optimizers import eve as eve
 from .optimizers import fromage as fromage
 from .optimizers import grad_variance_scaled as grad_variance_scaled
@@ -197,6 +198,7 @@ from .transforms import ScaleByAdanState as ScaleByAdanState
 from .transforms import ScaleByAmsgradState as ScaleByAmsgradState
 from .transforms import ScaleByBacktrackingLinesearchState as ScaleByBacktrackingLinesearchState
 from .transforms import ScaleByBeliefState as ScaleByBeliefState
+from .transforms import ScaleByDemoState as ScaleByDemoState
 from .transforms import ScaleByDistanceOverGradientsState as ScaleByDistanceOverGradientsState
 from .transforms import ScaleByEveState as ScaleByEveState
 from .transforms import ScaleByLarsTrustRatioState as ScaleByLarsTrustRatioState
@@ -251,6 +253,7 @@ from .transforms import scale_by_adan as scale_by_adan
 from .transforms import scale_by_amsgrad as scale_by_amsgrad
 from .transforms import scale_by_backtracking_linesearch as scale_by_backtracking_linesearch
 from .transforms import scale_by_belief as scale_by_belief
+from .transforms import scale_by_demo as scale_by_demo
 from .transforms import scale_by_distance_over_gradients as scale_by_distance_over_gradients
 from .transforms import scale_by_eve as scale_by_eve
 from .transforms import scale_by_factored_rms as scale_by_factored_rms

@@ -94,6 +94,7 @@ VERSION_SUBSET: dict[str, tuple[str, ...]] = {
     "tests/transforms/test_polyak.py": ("test_polyak_matches_optax",),
     "tests/transforms/test_rprop.py": ("test_scale_by_rprop_follows_the_published_rule",),
     "tests/transforms/test_sign.py": ("test_signum_matches_optax",),
+    "tests/transforms/test_demo.py": ("test_matches_reference_over_4_replicas_under_shard_map",),
     "tests/contrib/test_acprop.py": ("test_plain_against_optax",),
     "tests/contrib/test_adam_mini.py": ("test_matches_pytorch_optimizer",),
     "tests/contrib/test_ademamix.py": ("test_plain_against_optax",),

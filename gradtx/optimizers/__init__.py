@@ -26,6 +26,7 @@ from ._adaptive import rmsprop as rmsprop
 from ._adaptive import rmsprop_graves as rmsprop_graves
 from ._bound import adabound as adabound
 from ._bound import amsbound as amsbound
+from ._demo import demo_momentum as demo_momentum
 from ._eve import eve as eve
 from ._large_batch import lamb as lamb
 from ._large_batch import lars as lars
@@ -58,6 +59,7 @@ __all__ = [
     "adan",
     "amsbound",
     "amsgrad",
+    "demo_momentum",
     "eve",
     "fromage",
     "grad_variance_scaled",

@@ -43,6 +43,8 @@ from ._decay import WeightDecayState as WeightDecayState
 from ._decay import weight_decay as weight_decay
 from ._decay import weight_decay_by_lr_ratio as weight_decay_by_lr_ratio
 from ._decayed_weights import add_decayed_weights as add_decayed_weights
+from ._demo import ScaleByDemoState as ScaleByDemoState
+from ._demo import scale_by_demo as scale_by_demo
 from ._distance import ScaleByDistanceOverGradientsState as ScaleByDistanceOverGradientsState
 from ._distance import scale_by_distance_over_gradients as scale_by_distance_over_gradients
 from ._elementwise import ElementwiseState as ElementwiseState
@@ -147,6 +149,7 @@ __all__ = [
     "ScaleByAmsgradState",
     "ScaleByBacktrackingLinesearchState",
     "ScaleByBeliefState",
+    "ScaleByDemoState",
     "ScaleByDistanceOverGradientsState",
     "ScaleByEveState",
     "ScaleByLBFGSState",
@@ -200,6 +203,7 @@ __all__ = [
     "scale_by_amsgrad",
     "scale_by_backtracking_linesearch",
     "scale_by_belief",
+    "scale_by_demo",
     "scale_by_distance_over_gradients",
     "scale_by_eve",
     "scale_by_factored_rms",
