@@ -168,7 +168,7 @@ def _codes(s: jax.Array, scale: jax.Array, shape: tuple, block: int, signed: boo
     from gradtx.state._blocks import _per_value, _scale_factors
 
     def levels(_):
-        if _lowbit.rank1(shape, codec):
+        if _lowbit.rank1(shape, codec, block):
             y = s * _lowbit._rank1_inverse(scale, shape)
         else:
             pre, inv = _scale_factors(scale)

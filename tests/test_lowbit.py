@@ -117,20 +117,24 @@ def test_4bit_codes_pack_two_per_byte_and_the_maps_are_the_papers():
 
 
 def test_rank1_normaliser_is_the_smaller_of_row_and_column_maxima():
-    v = np.outer([1.0, 100.0, 1e-4], [2.0, 1.0, 1e-3, 5.0]).astype(np.float32)
+    rng = np.random.default_rng(3)
+    rows, cols = rng.lognormal(0, 2, 40), rng.lognormal(0, 2, 48)
+    v = np.outer(rows, cols).astype(np.float32)  # (40 + 48) * 16 <= 40 * 48: rank-1
     q, y, bound = roundtrip(v, "linear4", False)
-    assert q.scale.shape == (3 + 4,)
-    np.testing.assert_allclose(np.asarray(q.scale[:3]), v.max(axis=1))
-    np.testing.assert_allclose(np.asarray(q.scale[3:]), v.max(axis=0))
-    # a rank-1 matrix: every value within one level of itself relative to min(R_i, C_j)
+    assert q.scale.shape == (40 + 48,)
+    np.testing.assert_allclose(np.asarray(q.scale[:40]), v.max(axis=1))
+    np.testing.assert_allclose(np.asarray(q.scale[40:]), v.max(axis=0))
     n = np.minimum(v.max(axis=1)[:, None], v.max(axis=0)[None, :])
     np.testing.assert_allclose(np.asarray(bound), n / 15, rtol=1e-6)
     assert np.all(np.abs(np.asarray(y) - v) <= n / 15 * (1 + 1e-6))
     # stacked matrices (L, d_in, d_out): one normaliser per matrix
-    stacked = np.stack([v, 10.0 * v])
-    q3, y3, _ = roundtrip(stacked, "linear4", False)
-    assert q3.scale.shape == (2 * (3 + 4),)
+    q3, y3, _ = roundtrip(np.stack([v, 10.0 * v]), "linear4", False)
+    assert q3.scale.shape == (2 * (40 + 48),)
     np.testing.assert_allclose(np.asarray(y3[1]), 10.0 * np.asarray(y), rtol=1e-6)
+    # a small matrix, where rows and columns would need more scales than blocks: blocks
+    small, _, _ = roundtrip(v[:4, :6], "linear4", False)
+    assert small.scale.shape == (2,)  # 24 values, blocks of 16
+    assert not _lowbit.rank1((64, 64), "linear4", 128) and _lowbit.rank1((256, 256), "linear4", 128)
 
 
 def test_quantized_spec_arguments_and_defaults():
@@ -197,9 +201,8 @@ def test_checkpoint_round_trip_migrate_and_a_codec_mismatch(tmp_path):
     moved = gradtx.load(path, tx8.init(params), migrate=True)
     mu4, mu8 = state[0].mu["w"], moved[0].mu["w"]
     assert mu8.codec == "dynamic"
-    assert np.max(np.abs(np.asarray(Q.decode(mu8)) - np.asarray(Q.decode(mu4)))) <= float(
-        jnp.max(Q.error_bound(mu8))
-    )
+    error = np.abs(np.asarray(Q.decode(mu8)) - np.asarray(Q.decode(mu4)))
+    assert np.all(error <= np.asarray(Q.error_bound(mu8)) * (1 + 1e-5))
     # 4-bit -> float32 -> 4-bit gives the same codes: float32 holds every decoded value
     plain = gradtx.migrate(state, gradtx.adamw(1e-2), params).state
     again = gradtx.migrate(plain, tx4, params)

@@ -17,10 +17,12 @@ holds `QuantizedArray` and the dynamic-table 8-bit codec; this module the others
   :math:`c \in [-7, 7]` is stored as the nibble :math:`c + 8`; nibble 0 is NaN.
 - `"linear4"`: 4-bit unsigned, for second moments: the zero-free linear map
   :math:`v = (k + 1) / 15 \cdot n`, :math:`k \in [0, 14]` (nibble 15 is NaN). On a leaf of two
-  or more dimensions the normaliser is rank-1 (Li et al.): :math:`n_{ij} = \min(R_i, C_j)` with
-  :math:`R` the largest value of each row (last axis) and :math:`C` of each column, per matrix of
-  the last two axes (leading axes are batch axes); the scales hold :math:`R` then :math:`C`. On a
-  vector it is the block's largest value. Zero is no level: a second moment never decodes to 0
+  or more dimensions whose matrices are large enough that rows and columns need fewer scales
+  than blocks (`rank1`: :math:`(R + C) B \le R C`, from about 256 x 256 at blocks of 128) the
+  normaliser is rank-1 (Li et al.): :math:`n_{ij} = \min(R_i, C_j)` with :math:`R` the largest
+  value of each row (last axis) and :math:`C` of each column, per matrix of the last two axes
+  (leading axes are batch axes); the scales hold :math:`R` then :math:`C`. Elsewhere (vectors,
+  small matrices) it is the block's largest value. Zero is no level: a second moment never decodes to 0
   under a non-zero normaliser, so Adam never divides a first moment by :math:`\epsilon` alone.
 
 4-bit codes are packed two per byte along the last axis (`uint8`, the low nibble first; an odd
@@ -56,9 +58,15 @@ DYNAMIC4_MAGNITUDES = np.array(
 _DYNAMIC4_THRESHOLDS = (DYNAMIC4_MAGNITUDES[:-1] + DYNAMIC4_MAGNITUDES[1:]) / 2.0
 
 
-def rank1(shape: tuple[int, ...], codec: str) -> bool:
-    """Whether a `codec` buffer of `shape` has row and column scales (else block scales)."""
-    return codec == "linear4" and len(shape) >= 2
+def rank1(shape: tuple[int, ...], codec: str, block_size: int) -> bool:
+    r"""Whether a `codec` buffer of `shape` has row and column scales (else block scales): a
+    `linear4` buffer of two or more dimensions whose matrices hold fewer scales that way than
+    in blocks, :math:`(R + C) \cdot B \le R C` (a 2048 x 2048 matrix: 0.004 bytes of scale
+    per value against 0.031; a 64 x 64 one would need 0.125 and takes blocks)."""
+    if codec != "linear4" or len(shape) < 2:
+        return False
+    r, c = shape[-2], shape[-1]
+    return (r + c) * block_size <= r * c
 
 
 def code_shape(shape: tuple[int, ...], codec: str) -> tuple[int, ...]:
@@ -70,7 +78,7 @@ def code_shape(shape: tuple[int, ...], codec: str) -> tuple[int, ...]:
 
 
 def num_scales(shape: tuple[int, ...], block_size: int, codec: str) -> int:
-    if rank1(shape, codec):
+    if rank1(shape, codec, block_size):
         return math.prod(shape[:-2]) * (shape[-2] + shape[-1])
     return _num_blocks(tuple(shape), block_size)
 
@@ -114,7 +122,7 @@ def _block_max(x: jax.Array, block_size: int) -> jax.Array:
 
 def _scales(x: jax.Array, block_size: int, codec: str) -> jax.Array:
     """The scale vector of stored value `x` (`x` already non-negative for unsigned codes)."""
-    if rank1(tuple(x.shape), codec):
+    if rank1(tuple(x.shape), codec, block_size):
         rows, cols = _rank1_maxima(x)
         return jnp.concatenate([rows.reshape(-1), cols.reshape(-1)])
     return _block_max(x, block_size)
@@ -122,7 +130,7 @@ def _scales(x: jax.Array, block_size: int, codec: str) -> jax.Array:
 
 def _normaliser(scale: jax.Array, shape: tuple[int, ...], block_size: int, codec: str):
     """Each value's normaliser in `shape`: its block's scale, or :math:`\\min(R_i, C_j)`."""
-    if rank1(shape, codec):
+    if rank1(shape, codec, block_size):
         batch = shape[:-2]
         rows_n = math.prod(batch) * shape[-2]
         rows = scale[:rows_n].reshape(*batch, shape[-2], 1)
@@ -275,7 +283,7 @@ def encode(x: Any, *, block_size: int, signed: bool, codec: str) -> tuple[jax.Ar
     raw = _scales(s, block_size, codec)  # NaN or inf where a block holds one
 
     def codes_with(scale, finite=None):
-        if rank1(shape, codec):
+        if rank1(shape, codec, block_size):
             y = s * _rank1_inverse(scale, shape)
         else:
             pre, inv = _scale_factors(scale)

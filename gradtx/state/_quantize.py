@@ -176,10 +176,11 @@ def quantized(
     - `bits=4`: two codes per byte (Li et al., "Memory Efficient Optimizers with 4-bit States").
       First moments: the 4-bit dynamic-exponent map (0, 0.0325, 0.0775, 0.2125, 0.4375, 0.6625,
       0.8875, 1 of the block's largest magnitude), blocks of 128. Second moments: a zero-free
-      linear map, :math:`\hat v = (k+1)/15 \cdot n`, normalised rank-1 on leaves of two or more
-      dimensions (:math:`n_{ij} = \min(R_i, C_j)`, the largest value of row :math:`i` and of
-      column :math:`j` of each matrix of the last two axes) and per block of 128 on vectors.
-      About 1.0 byte per parameter for Adam's two moments.
+      linear map, :math:`\hat v = (k+1)/15 \cdot n`, normalised rank-1 on matrices where rows
+      and columns need fewer scales than blocks (:math:`(R + C) \cdot 128 \le R C`, e.g. from
+      256 x 256; :math:`n_{ij} = \min(R_i, C_j)`, the largest value of row :math:`i` and of
+      column :math:`j` of each matrix of the last two axes) and per block of 128 elsewhere.
+      At most 1.0625 bytes per parameter for Adam's two moments (1.035 on large matrices).
 
     Every codec keeps NaN and infinity visible (they decode to NaN) and finite values finite;
     `gradtx.migrate` converts between float32, bf16 and every codec, and
@@ -549,7 +550,7 @@ def _lowbit_constant(
     if isinstance(fill_value, jax.core.Tracer) or np.ndim(fill_value) != 0:
         full = jnp.full(shape, fill_value, jnp.float32)
         return encode(full, block_size=block_size, signed=signed, codec=codec)
-    small = (2, 2) if _lowbit.rank1(shape, codec) else (2,)
+    small = (2,)  # a constant has one scale, whether it is a block's, a row's or a column's
     codes, scale = _lowbit_constant_code(
         np.float32(fill_value), small, block_size=block_size, signed=signed, codec=codec
     )
