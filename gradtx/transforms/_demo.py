@@ -20,6 +20,7 @@ from .._base._numerics import safe_increment, value_at, widen, zero_count
 from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation
+from ..state._buffers import check_float_dtype
 from ..tree import assert_same_structure
 
 _HIGHEST = jax.lax.Precision.HIGHEST
@@ -128,22 +129,10 @@ def _scatter(tiles: int, coefficients: int, idx: jax.Array, val: jax.Array) -> j
 
 
 def _check_dtype(who: str, dtype: Any) -> Any:
-    if dtype is None:
-        return None
-    try:
-        dt = jnp.dtype(dtype)
-    except TypeError:
-        dt = None
-    if dt is None or not jnp.issubdtype(dt, jnp.floating):
-        raise HyperparameterError(
-            who,
-            "mu_dtype",
-            dtype,
-            "None or a floating dtype",
-            got=repr(dtype),
-            note=", e.g. jnp.bfloat16 to halve the momentum's memory and the values' bytes",
-        )
-    return dt
+    """`mu_dtype`: None or a floating-point dtype (`check_float_dtype`'s errors: an integer or
+    a quantized spec would round the momentum that the chunks' DCT reads)."""
+    check_float_dtype(who, "mu_dtype", dtype)
+    return None if dtype is None else jnp.dtype(dtype)
 
 
 def _check_axis_name(who: str, axis_name: Any) -> None:

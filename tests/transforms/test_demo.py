@@ -230,7 +230,7 @@ def test_bytes_per_step_at_least_20x_below_a_dense_all_reduce():
         ({"compression_chunk": True}, r"compression_chunk must be a Python integer >= 1"),
         ({"compression_chunk": -4}, r"compression_chunk must be >= 1"),
         ({"axis_name": 3}, r"axis_name must be None or the name of the mapped axis"),
-        ({"mu_dtype": jnp.int8}, r"mu_dtype must be None or a floating dtype"),
+        ({"mu_dtype": jnp.int8}, r"mu_dtype must be a floating-point dtype"),
         ({"learning_rate": -1.0}, r"learning_rate must be >= 0"),
     ],
 )
