@@ -22,8 +22,9 @@ holds `QuantizedArray` and the dynamic-table 8-bit codec; this module the others
   normaliser is rank-1 (Li et al.): :math:`n_{ij} = \min(R_i, C_j)` with :math:`R` the largest
   value of each row (last axis) and :math:`C` of each column, per matrix of the last two axes
   (leading axes are batch axes); the scales hold :math:`R` then :math:`C`. Elsewhere (vectors,
-  small matrices) it is the block's largest value. Zero is no level: a second moment never decodes to 0
-  under a non-zero normaliser, so Adam never divides a first moment by :math:`\epsilon` alone.
+  small matrices) it is the block's largest value. Zero is no level: a second moment never
+  decodes to 0 under a non-zero normaliser, so Adam never divides a first moment by
+  :math:`\epsilon` alone.
 
 4-bit codes are packed two per byte along the last axis (`uint8`, the low nibble first; an odd
 last axis gets one padding nibble), so a buffer of shape `(..., n)` has codes of shape
