@@ -236,6 +236,14 @@ def _nbytes(x: Any) -> int:
     return int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
 
 
+def _compile_and_time(runners: dict[str, Any], budget: Any, log: Callable[[str], None]) -> dict:
+    """Each runner's first block (its compilation) in turn, then interleaved timed rounds."""
+    for name, r in runners.items():
+        log(f"  compiling {name}")
+        r.run_block()
+    return interleaved(runners, budget)
+
+
 def step_times(quick: bool, rounds: int | None, log: Callable[[str], None]) -> dict[str, Any]:
     import gradtx
 
@@ -286,10 +294,7 @@ def step_times(quick: bool, rounds: int | None, log: Callable[[str], None]) -> d
             nu_codes=_nbytes(nu.codes) / n,
             nu_scales=_nbytes(nu.scale) / n,
         )
-    for name, r in runners.items():
-        log(f"  compiling {name}")
-        r.run_block()
-    times = interleaved(runners, budget)
+    times = _compile_and_time(runners, budget, log)
     rows = []
     for name in runners:
         r = paired_ratio(times, name, "float32")
@@ -356,10 +361,7 @@ def where_the_time_goes(params, grads, m0, v0, states, budget, calls, log) -> li
             jax.jit(given), (m0, v0, qs[0].scale, qs[1].scale), calls
         )
         runners[f"{c}: encode m, v (library)"] = _Fixed(jax.jit(whole), (m0, v0), calls)
-    for name, r in runners.items():
-        log(f"  compiling {name}")
-        r.run_block()
-    times = interleaved(runners, budget)
+    times = _compile_and_time(runners, budget, log)
     rows = []
     for name in runners:
         r = paired_ratio(times, name, "float32 adamw step")

@@ -304,6 +304,27 @@ def check_bool(who: str, name: str, value: Any) -> None:
         _fail(who, name, "True or False", value, got=repr(value))
 
 
+def check_axis_name(who: str, axis_name: Any, *, optional: bool = False) -> None:
+    """`axis_name` names a mapped axis over the replicas: a non-empty str or a tuple of them
+    (None too when `optional`)."""
+    if optional and axis_name is None:
+        return
+    names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
+    if not names or not all(isinstance(n, str) and n for n in names):
+        what = "the name of the mapped axis over the replicas (a str, or a tuple of str)"
+        raise HyperparameterError(
+            who,
+            "axis_name",
+            axis_name,
+            f"None or {what}" if optional else what,
+            got=repr(axis_name),
+            note=(
+                ", e.g. axis_name='replica' with jax.shard_map over a mesh axis 'replica', or "
+                "jax.vmap / jax.pmap(..., axis_name='replica')"
+            ),
+        )
+
+
 def check_one_of(who: str, name: str, value: Any, allowed: Iterable[Any]) -> None:
     """`value` is one of `allowed`; the error lists them and the closest match."""
     allowed = list(allowed)

@@ -55,7 +55,6 @@ from .._base._typing import DType
 from . import _lowbit
 from ._blocks import (
     _block_absmax,
-    _num_blocks,
     _per_value,
     _scale_factors,
 )
@@ -515,8 +514,6 @@ def zeros(leaf: Any, spec: QuantizedDtype, signed: bool, fill_value: Any = 0.0) 
     `fill_value` everywhere."""
     shape = tuple(leaf.shape) if hasattr(leaf, "shape") else tuple(np.shape(leaf))
     codec = spec.codec(signed)
-    if codec != "dynamic":
-        return _lowbit_constant(shape, spec.block_size, signed, codec, fill_value)
     value = None
     if not isinstance(fill_value, jax.core.Tracer) and np.ndim(fill_value) == 0:
         with np.errstate(over="ignore"):  # a value beyond float32 becomes inf, as in encode
@@ -525,47 +522,26 @@ def zeros(leaf: Any, spec: QuantizedDtype, signed: bool, fill_value: Any = 0.0) 
         # traced, not a scalar, non-finite or denormal (which the CPU flushes in a block's
         # maximum): encoded as a whole
         full = jnp.full(shape, fill_value, jnp.float32)
-        return encode(full, block_size=spec.block_size, signed=signed)
-    # Every block of a constant holds the same code and scale: those of a one-value array,
-    # through one small compiled encoder (encoding the whole leaf op by op took seconds).
-    code, scale = _constant_code(value, block_size=spec.block_size, signed=signed)
-    codes = jnp.full(shape, code, code.dtype)
-    scales = jnp.full((_num_blocks(shape, spec.block_size),), scale, jnp.float32)
-    return QuantizedArray(codes, scales, shape, spec.block_size, signed)
-
-
-@functools.partial(jax.jit, static_argnames=("block_size", "signed"))
-def _constant_code(value: jax.Array, *, block_size: int, signed: bool) -> tuple:
-    """`(code, scale)` of every block of an array filled with `value`."""
-    q = encode(jnp.full((1,), value, jnp.float32), block_size=block_size, signed=signed)
-    return q.codes[0], q.scale[0]
-
-
-def _lowbit_constant(
-    shape: tuple[int, ...], block_size: int, signed: bool, codec: str, fill_value: Any
-) -> QuantizedArray:
-    """A `codec` buffer of `shape` holding `fill_value` everywhere: every block (row, column)
-    of a constant has the same code and scale, those of a small array of it, broadcast (a
-    traced or non-scalar value is encoded as a whole)."""
-    if isinstance(fill_value, jax.core.Tracer) or np.ndim(fill_value) != 0:
-        full = jnp.full(shape, fill_value, jnp.float32)
-        return encode(full, block_size=block_size, signed=signed, codec=codec)
-    small = (2,)  # a constant has one scale, whether it is a block's, a row's or a column's
-    codes, scale = _lowbit_constant_code(
-        np.float32(fill_value), small, block_size=block_size, signed=signed, codec=codec
-    )
-    codes = jnp.full(_lowbit.code_shape(shape, codec), codes[(0,) * len(small)], codes.dtype)
-    n = _lowbit.num_scales(shape, block_size, codec)
+        return encode(full, block_size=spec.block_size, signed=signed, codec=codec)
+    # Every block (row, column) of a constant holds the same code and scale: those of a small
+    # array of it, through one small compiled encoder (encoding the whole leaf op by op took
+    # seconds).
+    code, scale = _constant_code(value, block_size=spec.block_size, signed=signed, codec=codec)
+    codes = jnp.full(_lowbit.code_shape(shape, codec), code, code.dtype)
+    n = _lowbit.num_scales(shape, spec.block_size, codec)
     return QuantizedArray(
-        codes, jnp.full((n,), scale[0], jnp.float32), shape, block_size, signed, codec
+        codes, jnp.full((n,), scale, jnp.float32), shape, spec.block_size, signed, codec
     )
 
 
-@functools.partial(jax.jit, static_argnames=("small", "block_size", "signed", "codec"))
-def _lowbit_constant_code(value, small, *, block_size, signed, codec):
-    return _lowbit.encode(
-        jnp.full(small, value, jnp.float32), block_size=block_size, signed=signed, codec=codec
+@functools.partial(jax.jit, static_argnames=("block_size", "signed", "codec"))
+def _constant_code(value: jax.Array, *, block_size: int, signed: bool, codec: str) -> tuple:
+    """`(code, scale)` of every block of an array filled with `value`: those of a two-value
+    array (two, so that a 4-bit byte holds the code in both nibbles)."""
+    q = encode(
+        jnp.full((2,), value, jnp.float32), block_size=block_size, signed=signed, codec=codec
     )
+    return q.codes[0], q.scale[0]
 
 
 def state_buffer(leaf: Any, dtype: Any, *, signed: bool, fill_value: Any = 0.0) -> Any:

@@ -10,6 +10,7 @@ import numpy as np
 
 from .._base._checks import (
     HyperparameterError,
+    check_axis_name,
     check_in_range,
     check_int,
     check_non_negative,
@@ -135,24 +136,6 @@ def _check_dtype(who: str, dtype: Any) -> Any:
     return None if dtype is None else jnp.dtype(dtype)
 
 
-def _check_axis_name(who: str, axis_name: Any) -> None:
-    if axis_name is None:
-        return
-    names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
-    if not names or not all(isinstance(n, str) and n for n in names):
-        raise HyperparameterError(
-            who,
-            "axis_name",
-            axis_name,
-            "None or the name of the mapped axis over the replicas (a str, or a tuple of str)",
-            got=repr(axis_name),
-            note=(
-                ", e.g. axis_name='replica' with jax.shard_map over a mesh axis 'replica', or "
-                "jax.vmap / jax.pmap(..., axis_name='replica')"
-            ),
-        )
-
-
 @recorded
 def scale_by_demo(
     compression_decay: ArrayLike = 0.999,
@@ -242,7 +225,7 @@ def scale_by_demo(
             )
         check_int(who, name, value, minimum=1)
     topk, chunk = int(compression_topk), int(compression_chunk)
-    _check_axis_name(who, axis_name)
+    check_axis_name(who, axis_name, optional=True)
     m_dtype = _check_dtype(who, mu_dtype)
     if learning_rate is not None:
         check_non_negative(who, "learning_rate", learning_rate, finite=True)

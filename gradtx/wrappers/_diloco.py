@@ -10,7 +10,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import GetAttrKey, SequenceKey
 
-from .._base._checks import HyperparameterError, check_int, error_context, expect_state
+from .._base._checks import (
+    HyperparameterError,
+    check_axis_name,
+    check_int,
+    error_context,
+    expect_state,
+)
 from .._base._introspect import counts_run_steps, register
 from .._base._numerics import safe_increment, widen, zero_count
 from .._base._recipe import recorded
@@ -126,23 +132,6 @@ def _joined_branches(branches: list[Any], operands: Any, closed_over: Any) -> li
         return run
 
     return [joined(b) for b in branches]
-
-
-def _check_axis_name(who: str, axis_name: Any) -> tuple[str, ...] | str:
-    names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
-    if not names or not all(isinstance(n, str) and n for n in names):
-        raise HyperparameterError(
-            who,
-            "axis_name",
-            axis_name,
-            "the name of the mapped axis over the replicas (a str, or a tuple of str)",
-            got=repr(axis_name),
-            note=(
-                ", e.g. axis_name='replica' with jax.shard_map over a mesh axis 'replica', or "
-                "jax.vmap / jax.pmap(..., axis_name='replica')"
-            ),
-        )
-    return axis_name
 
 
 def _check_dtype(who: str, dtype: Any) -> Any:
@@ -282,7 +271,7 @@ def diloco(
                 f"pass fragments <= {period} or a larger sync_every"
             ),
         )
-    _check_axis_name(who, axis_name)
+    check_axis_name(who, axis_name)
     comm_dtype = _check_dtype(who, pseudo_gradient_dtype)
     offsets = [f * period // count_fragments for f in range(count_fragments)]
     inner_update = forward_extra_args(inner.update)
