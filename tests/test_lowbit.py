@@ -5,6 +5,7 @@ a checkpoint written before these codecs existed."""
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import jax
@@ -96,6 +97,21 @@ def test_nan_and_inf_decode_to_nan_and_leave_the_rest_finite(codec, signed):
     assert np.all(np.isfinite(y[finite]))
     # the block (rows, columns) of a NaN is scaled by its finite values
     assert np.max(np.abs(y[finite] - x[finite])) <= np.max(x[finite])
+
+
+@pytest.mark.parametrize(("codec", "signed"), CODECS)
+def test_a_nan_in_a_large_buffer_stays_nan(codec, signed):
+    """XLA:CPU's `max` reductions of 4096 values or more drop a NaN (op by op, and in some
+    fusions); the scales must not, or the fast path codes the NaN as a number (linear4: the
+    first level; sqrt8: 0)."""
+    for shape, bad in itertools.product([(8, 1024), (512, 512), (65536,)], [np.nan, np.inf]):
+        x = np.ones(shape, np.float32)
+        x.reshape(-1)[-300] = bad  # the only non-finite value
+        eager = Q.decode(Q.encode(jnp.asarray(x), block_size=128, signed=signed, codec=codec))
+        for y in (eager, roundtrip(x, codec, signed, block_size=128)[1]):
+            y = np.asarray(y).reshape(-1)
+            assert np.isnan(y[-300]), (shape, bad, y[-300])
+            assert y[-299] == 1.0
 
 
 def test_4bit_codes_pack_two_per_byte_and_the_maps_are_the_papers():

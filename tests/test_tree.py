@@ -441,6 +441,18 @@ def test_max_min_skip_empty_leaves_and_give_infinities_for_no_elements():
     assert tree.max(ints).dtype == jnp.asarray(optax.tree.max(ints)).dtype
 
 
+@pytest.mark.parametrize("size", [2, 8192])
+def test_max_min_and_the_infinity_norm_keep_a_nan(size):
+    """As NumPy: a NaN anywhere gives NaN. XLA:CPU's own reductions drop it from 4096 values or
+    so (openxla/xla#21461; Optax's `tree.max` and `tree.norm(ord=inf)` then say 1.0)."""
+    x = np.ones(size, np.float32)
+    x[size // 2] = np.nan
+    t = {"a": jnp.asarray(x), "b": jnp.asarray([5.0])}
+    for f in (tree.max, tree.min, lambda t: tree.norm(t, ord=jnp.inf)):
+        assert np.isnan(float(f(t))) and np.isnan(float(jax.jit(f)(t)))
+    assert float(tree.max({"b": jnp.asarray([5.0, -2.0])})) == 5.0
+
+
 def test_reductions_differ_from_optax_only_in_a_wider_accumulator():
     # Deliberate: bf16 leaves are summed / normed in float32 (Optax: bf16), an empty tree's
     # inf-norm is 0 (Optax: -inf). vdot is Optax's (complex for complex leaves).

@@ -95,19 +95,27 @@ def code_dtype(codec: str, signed: bool) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
+def _magnitude(x: jax.Array) -> jax.Array:
+    """`|x|` with NaN as +inf, for `max` reductions: XLA:CPU's reductions of 4096 values or more
+    drop a NaN (`jnp.max` of `[nan, 1, ...]` gives 1), and a scale that hides a NaN would let
+    the fast path code it as a number; +inf survives every reduction."""
+    return jnp.where(jnp.isnan(x), jnp.inf, jnp.abs(x))
+
+
 def _rank1_maxima(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     """`(R, C)`: the largest magnitude of each row and each column of every matrix of the last
-    two axes (NaN or inf where one is)."""
-    mag = jnp.abs(x)
+    two axes (inf where a NaN or an inf is)."""
+    mag = _magnitude(x)
     return jnp.max(mag, axis=-1), jnp.max(mag, axis=-2)
 
 
 def _block_max(x: jax.Array, block_size: int) -> jax.Array:
     """Largest magnitude of each block of `x` (the layout of `_blocks`), by a `max` reduction
     of the written-out value (unlike `_blocks._block_absmax`, which halves inside the
-    producer's fusion: with the value written out first, the reduction is the faster)."""
+    producer's fusion: with the value written out first, the reduction is the faster); inf
+    where a block holds a NaN or an inf."""
     shape = tuple(x.shape)
-    mag = jnp.abs(x)
+    mag = _magnitude(x)
     b = _row_block(shape, block_size)
     if b:
         return jnp.max(mag.reshape(-1, b), axis=1)
@@ -281,7 +289,7 @@ def encode(x: Any, *, block_size: int, signed: bool, codec: str) -> tuple[jax.Ar
     shape = tuple(x.shape)
     # written out once: the maxima and the codes read it (see the module docstring)
     s = jax.lax.optimization_barrier(_stored(x, codec, signed))
-    raw = _scales(s, block_size, codec)  # NaN or inf where a block holds one
+    raw = _scales(s, block_size, codec)  # inf where a block holds a NaN or an inf
 
     def codes_with(scale, finite=None):
         if rank1(shape, codec, block_size):

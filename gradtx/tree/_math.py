@@ -279,6 +279,20 @@ def sum(tree: PyTree, associative_reduction: bool = False) -> jax.Array:
     return functools.reduce(lambda a, b: a + b, sums[1:], sums[0]).astype(acc)
 
 
+def _keeping_nan(reduce: Callable) -> Callable:
+    """`reduce` (`jnp.max` / `jnp.min`) giving NaN wherever its input holds one, as NumPy does:
+    XLA:CPU's reductions of a few thousand values drop a NaN (openxla/xla#21461), so a gradient
+    with a NaN would show a finite maximum."""
+
+    def run(x: jax.Array, **kwargs: Any) -> jax.Array:
+        out = reduce(x, **kwargs)
+        if not jnp.issubdtype(x.dtype, jnp.inexact):
+            return out
+        return jnp.where(jnp.any(jnp.isnan(x)), jnp.asarray(jnp.nan, out.dtype), out)
+
+    return run
+
+
 def _extreme(tree: PyTree, reduce_leaf: Callable, combine: Callable, initial: float):
     partial = [reduce_leaf(x) for x in _leaves(tree) if x.size]
     return functools.reduce(combine, partial, initial)
@@ -286,12 +300,12 @@ def _extreme(tree: PyTree, reduce_leaf: Callable, combine: Callable, initial: fl
 
 def max(tree: PyTree) -> jax.Array:
     """The largest element of all leaves (`-inf` for a tree without elements)."""
-    return jnp.asarray(_extreme(tree, jnp.max, jnp.maximum, -float("inf")))
+    return jnp.asarray(_extreme(tree, _keeping_nan(jnp.max), jnp.maximum, -float("inf")))
 
 
 def min(tree: PyTree) -> jax.Array:
     """The smallest element of all leaves (`inf` for a tree without elements)."""
-    return jnp.asarray(_extreme(tree, jnp.min, jnp.minimum, float("inf")))
+    return jnp.asarray(_extreme(tree, _keeping_nan(jnp.min), jnp.minimum, float("inf")))
 
 
 def vdot(tree_x: PyTree, tree_y: PyTree) -> jax.Array:
@@ -366,7 +380,9 @@ def norm(tree: PyTree, ord: int | float | str | None = None, squared: bool = Fal
         out = functools.reduce(lambda a, x: a + jnp.sum(jnp.abs(_magnitude(x, acc))), leaves, zero)
     elif ord in _INF_ORDS or (not isinstance(ord, str) and ord == jnp.inf):
         out = functools.reduce(
-            lambda a, x: jnp.maximum(a, jnp.max(jnp.abs(_magnitude(x, acc)), initial=0)),
+            lambda a, x: jnp.maximum(
+                a, _keeping_nan(jnp.max)(jnp.abs(_magnitude(x, acc)), initial=0)
+            ),
             leaves,
             zero,
         )

@@ -20,7 +20,7 @@ from .._base._checks import (
 from .._base._introspect import counts_run_steps, register
 from .._base._numerics import safe_increment, widen, zero_count
 from .._base._recipe import recorded
-from .._base._typing import DType, OptState, Params
+from .._base._typing import OptState, Params
 from ..core._transformation import (
     GradientTransformation,
     as_transformation,
@@ -28,6 +28,8 @@ from ..core._transformation import (
     forward_extra_args,
     require_params,
 )
+from ..state import _quantize
+from ..state._quantize import MomentDType, QuantizedDtype
 from ..transforms._building_blocks import copy_params
 from ..transforms._momentum import trace
 from ..transforms._scaling import scale_by_learning_rate
@@ -135,8 +137,8 @@ def _joined_branches(branches: list[Any], operands: Any, closed_over: Any) -> li
 
 
 def _check_dtype(who: str, dtype: Any) -> Any:
-    if dtype is None:
-        return None
+    if dtype is None or isinstance(dtype, QuantizedDtype):
+        return dtype
     try:
         dt = jnp.dtype(dtype)
     except TypeError:
@@ -146,11 +148,70 @@ def _check_dtype(who: str, dtype: Any) -> Any:
             who,
             "pseudo_gradient_dtype",
             dtype,
-            "None or a floating dtype",
+            "None, a floating dtype or gradtx.quantized(...)",
             got=repr(dtype),
-            note=", e.g. jnp.bfloat16 to halve the bytes of each all-reduce",
+            note=(
+                ", e.g. jnp.bfloat16 to halve the bytes of each all-reduce, or "
+                "gradtx.quantized(bits=4) for 4-bit codes"
+            ),
         )
     return dt
+
+
+def _padded_length(n: int, replicas: int, unit: int) -> int:
+    """The length of each replica's share of an `n`-value vector cut into `replicas` shares of
+    whole `unit`s."""
+    return max(-(-n // (replicas * unit)), 1) * unit
+
+
+def _share_width(n: int, spec: QuantizedDtype, replicas: int) -> int:
+    """The values in each replica's share of an `n`-value vector: whole blocks (an even count
+    for 4-bit codes, two per byte)."""
+    block = spec.block_size
+    unit = block * 2 if spec.bits == 4 and block % 2 else block
+    return _padded_length(n, replicas, unit)
+
+
+def _coded_bytes(n: int, spec: QuantizedDtype, replicas: int) -> float:
+    """The bytes one replica sends in `_quantized_mean` of an `n`-value vector: its whole
+    encoded vector (`replicas` shares) and its encoded share of the mean, codes and float32
+    scales."""
+    width = _share_width(n, spec, replicas)
+    share = width * spec.bits // 8 + -(-width // spec.block_size) * 4
+    return float(share * (replicas + 1))
+
+
+def _quantized_mean(
+    vector: jax.Array, spec: QuantizedDtype, axis_name: Any, replicas: int
+) -> jax.Array:
+    """The replica mean of float32 `vector` (1-D, its length a multiple of the block size),
+    with the values on the wire in `spec`'s signed codec: a two-shot all-reduce. Each replica
+    encodes its vector cut into `replicas` shares (rows), sends share j to replica j
+    (`all_to_all`), decodes the shares it received and averages them, encodes that mean and
+    sends it to every replica (`all_gather`), which decode the whole mean. Two roundings;
+    NaN / inf stay NaN (bytes sent: `_coded_bytes`)."""
+    codec = spec.codec(True)
+    block = spec.block_size
+    width = _share_width(vector.shape[0], spec, replicas)
+    rows = jnp.pad(vector, (0, replicas * width - vector.shape[0])).reshape(replicas, width)
+
+    def encoded(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        q = _quantize.encode(x, block_size=block, signed=True, codec=codec)
+        return q.codes, q.scale.reshape(x.shape[0], -1)
+
+    def decoded(codes: jax.Array, scale: jax.Array) -> jax.Array:
+        shape = (codes.shape[0], width)
+        q = _quantize.QuantizedArray(codes, scale.reshape(-1), shape, block, True, codec)
+        return _quantize.decode(q)
+
+    codes, scale = encoded(rows)
+    codes = jax.lax.all_to_all(codes, axis_name, 0, 0, tiled=True)
+    scale = jax.lax.all_to_all(scale, axis_name, 0, 0, tiled=True)
+    share = jnp.mean(decoded(codes, scale), axis=0, keepdims=True)
+    codes, scale = encoded(share)
+    codes = jax.lax.all_gather(codes, axis_name, axis=0, tiled=True)
+    scale = jax.lax.all_gather(scale, axis_name, axis=0, tiled=True)
+    return decoded(codes, scale).reshape(-1)[: vector.shape[0]]
 
 
 @recorded
@@ -161,7 +222,7 @@ def diloco(
     sync_every: int,
     axis_name: str | tuple[str, ...],
     fragments: int = 1,
-    pseudo_gradient_dtype: DType | None = None,
+    pseudo_gradient_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""DiLoCo: `sync_every` local steps of `inner` per replica, then an outer step of `outer` on
     the replica-averaged pseudo-gradient.
@@ -191,7 +252,14 @@ def diloco(
     :math:`n` (counted from 1) with :math:`n \bmod H = \lfloor f H / F \rfloor`, every :math:`H`
     steps each, so a step all-reduces at most one fragment (about :math:`1/F` of the bytes) and
     the fragments' outer states are separate. `pseudo_gradient_dtype` (e.g. `jnp.bfloat16`)
-    casts :math:`\theta^{(0)} - \theta_i` before the all-reduce and back after it.
+    casts :math:`\theta^{(0)} - \theta_i` before the all-reduce and back after it. A state codec
+    (`gradtx.quantized(bits=4)`, `quantized(bits=8, block_size=256)`, `quantized(mapping=
+    "sqrt")`) sends its signed codes and block scales instead, in a two-shot all-reduce: each
+    replica encodes its pseudo-gradient cut into :math:`N` shares, an `all_to_all` gives replica
+    :math:`j` every replica's share :math:`j`, which it decodes, averages and encodes again, and
+    an `all_gather` brings every replica the whole encoded mean (two roundings, each within the
+    codec's bound; NaN and inf arrive as NaN). The leaves of a fragment are concatenated, each
+    padded to whole blocks; leaves under the spec's `min_size` go through a float32 `pmean`.
 
     Run the step under a mapping over the replicas that binds `axis_name`: `jax.shard_map` over
     a mesh axis (the params and the inner state with that axis, each replica keeping its own
@@ -199,8 +267,9 @@ def diloco(
     replicated with `P()`), `jax.pmap` or `jax.vmap(..., axis_name=...)`.
 
     `state.bytes_sent` counts the bytes each replica put into the all-reduce on the last step
-    (the pseudo-gradient's size; a ring all-reduce moves about twice that over the links),
-    `state.total_bytes_sent` their sum; `gradtx.metrics` reports both. The step counter
+    (the pseudo-gradient's size; a ring all-reduce moves about twice that over the links; with
+    a codec: its codes and scales, :math:`N` shares out and its share of the mean back, each
+    moved once), `state.total_bytes_sent` their sum; `gradtx.metrics` reports both. The step counter
     compares modulo :math:`H`, so a state restored under another `sync_every` goes on
     synchronising.
 
@@ -214,7 +283,8 @@ def diloco(
       fragments: :math:`F`, the number of fragments synchronised in turn, an integer in
         [1, `sync_every`] and at most the number of param leaves (1: plain DiLoCo).
       pseudo_gradient_dtype: the dtype the pseudo-gradient is all-reduced in (None: float32,
-        or float64 for float64 params).
+        or float64 for float64 params), or a `gradtx.quantized(...)` spec (its signed codec,
+        block size and `min_size`; small blocks suit communication, e.g. 128 or 256).
 
     Returns:
       A `GradientTransformation` with state `DiLoCoState(inner_state, outer_state, anchor,
@@ -273,6 +343,7 @@ def diloco(
         )
     check_axis_name(who, axis_name)
     comm_dtype = _check_dtype(who, pseudo_gradient_dtype)
+    comm_codec = comm_dtype if isinstance(comm_dtype, QuantizedDtype) else None
     offsets = [f * period // count_fragments for f in range(count_fragments)]
     inner_update = forward_extra_args(inner.update)
     outer_update = forward_extra_args(outer.update)
@@ -325,7 +396,49 @@ def diloco(
         p_leaves = treedef.flatten_up_to(params)
         groups = layout(params)
         # the all-reduce's dtype per leaf: `pseudo_gradient_dtype`, else float32 (or wider)
-        sent = [comm_dtype or jnp.promote_types(jnp.result_type(p), jnp.float32) for p in p_leaves]
+        wide = [jnp.promote_types(jnp.result_type(p), jnp.float32) for p in p_leaves]
+        sent = [w if comm_codec is not None or comm_dtype is None else comm_dtype for w in wide]
+        coded = [
+            comm_codec is not None and _quantize.wants_quantized(comm_codec, p) for p in p_leaves
+        ]
+        replicas = jax.lax.axis_size(axis_name) if comm_codec is not None else 1
+
+        def _averaged(deltas: dict[int, jax.Array]) -> dict[int, jax.Array]:
+            """The replica means of one fragment's pseudo-gradients, in the wire format."""
+            plain = [i for i in deltas if not coded[i]]
+            reduced = jax.lax.pmean([deltas[i].astype(sent[i]) for i in plain], axis_name)
+            means = dict(zip(plain, reduced, strict=True))
+            quantized = [i for i in deltas if coded[i]]
+            if quantized:
+                assert comm_codec is not None
+                block = comm_codec.block_size
+                pieces = [deltas[i].astype(jnp.float32).reshape(-1) for i in quantized]
+                lengths = [_padded_length(x.shape[0], 1, block) for x in pieces]
+                stacked = jnp.concatenate(
+                    [jnp.pad(x, (0, n - x.shape[0])) for x, n in zip(pieces, lengths, strict=True)]
+                )
+                mean = _quantized_mean(stacked, comm_codec, axis_name, replicas)
+                start = 0
+                for i, x, n in zip(quantized, pieces, lengths, strict=True):
+                    means[i] = mean[start : start + x.shape[0]].reshape(jnp.shape(deltas[i]))
+                    start += n
+            return means
+
+        def _fragment_bytes(group: list[int]) -> float:
+            plain = sum(
+                np.prod(np.shape(p_leaves[i])) * np.dtype(sent[i]).itemsize
+                for i in group
+                if not coded[i]
+            )
+            quantized = [i for i in group if coded[i]]
+            if not quantized:
+                return float(plain)
+            assert comm_codec is not None
+            block = comm_codec.block_size
+            total = sum(
+                _padded_length(int(np.prod(np.shape(p_leaves[i]))), 1, block) for i in quantized
+            )
+            return float(plain) + _coded_bytes(total, comm_codec, replicas)
 
         def sync(f: int):
             members = groups[f]
@@ -333,16 +446,15 @@ def diloco(
 
             def branch(operands):
                 u_leaves, a_leaves, outer_states = operands
-                deltas = []
+                deltas = {}
                 for i in members:
                     p = jnp.asarray(p_leaves[i])
                     local = (p + u_leaves[i]).astype(p.dtype)  # what apply_updates would give
-                    delta = widen(a_leaves[i]) - widen(local)
-                    deltas.append(delta.astype(sent[i]))
-                averaged = jax.lax.pmean(deltas, axis_name)
+                    deltas[i] = widen(a_leaves[i]) - widen(local)
+                averaged = _averaged(deltas)
                 full = list(a_leaves)  # placeholders where the fragment has no leaf
-                for i, d in zip(members, averaged, strict=True):
-                    full[i] = d.astype(jnp.result_type(p_leaves[i]))
+                for i in members:
+                    full[i] = averaged[i].astype(jnp.result_type(p_leaves[i]))
                 anchor = treedef.unflatten(a_leaves)
                 with error_context(who):
                     out, outer_state = outer_update(
@@ -376,10 +488,7 @@ def diloco(
         )
         # the step n = count + 1, without overflow at the saturated count
         phase = (state.count % period + 1) % period
-        bytes_of = [0.0] + [
-            float(sum(np.prod(np.shape(p_leaves[i])) * np.dtype(sent[i]).itemsize for i in g))
-            for g in groups
-        ]
+        bytes_of = [0.0] + [_fragment_bytes(g) for g in groups]
         if period == 1:  # every step synchronises its one fragment: no branch
             which = jnp.int32(1)
             u_leaves, a_leaves, outer_states = sync(0)(operands)

@@ -191,6 +191,72 @@ def test_no_collective_between_syncs_and_streaming_bytes():
     assert _branch_bytes(hlo) == [0] + [full // 8] * fragments
 
 
+@pytest.mark.parametrize(
+    "spec",
+    [
+        gradtx.quantized(bits=4),
+        gradtx.quantized(block_size=128, mapping="sqrt"),
+        gradtx.quantized(block_size=128),
+    ],
+    ids=["4-bit", "8-bit-sqrt", "8-bit"],
+)
+def test_quantized_pseudo_gradients(spec):
+    """`pseudo_gradient_dtype=quantized(...)`: the replicas agree, the mean is within the two
+    roundings' bounds, the codes travel as bytes (all-to-all, all-gather), a NaN stays NaN and
+    `bytes_sent` counts codes and scales."""
+    from gradtx.state import _quantize
+
+    rng = np.random.default_rng(3)
+    p0 = {"a": rng.normal(size=(64, 128)).astype(np.float32), "b": np.ones(5, np.float32)}
+    grads = {k: rng.normal(size=(N, *v.shape)).astype(np.float32) for k, v in p0.items()}
+    grads["a"][:, 7] *= 100.0  # one column of outliers: blocks of very different scales
+    lr = 0.1
+    tx = gradtx.diloco(
+        gradtx.sgd(lr), gradtx.sgd(1.0), sync_every=1, axis_name=AXIS, pseudo_gradient_dtype=spec
+    )
+    params = _replicated(jax.tree.map(jnp.asarray, p0))
+    state = jax.vmap(tx.init)(params)
+    step = _sharded_step(tx)
+    hlo = step.lower(grads, state, params).as_text(dialect="hlo")
+    moved = re.findall(r"= (\S+) (all-reduce|all-to-all|all-gather)\(", hlo)
+    code = "u8" if spec.bits == 4 else "s8"
+    assert {(t.split("[")[0], op) for t, op in moved} == {
+        ("f32", "all-reduce"),  # b, below min_size: float32
+        (code, "all-to-all"),
+        ("f32", "all-to-all"),  # the block scales
+        (code, "all-gather"),
+        ("f32", "all-gather"),
+    }, moved
+    assert [t for t, op in moved if op == "all-reduce"] == ["f32[5]{0}"]
+    new, state = step(grads, state, params)
+
+    got = np.asarray(new["a"])
+    assert np.all(got == got[0])  # every replica lands on the same params
+    deltas = lr * grads["a"].reshape(N, -1)
+    exact = deltas.mean(0)
+    codec, block = spec.codec(True), spec.block_size
+
+    def bound(x):
+        q = _quantize.encode(jnp.asarray(x), block_size=block, signed=True, codec=codec)
+        return np.asarray(_quantize.error_bound(q))
+
+    first = np.mean([bound(d) for d in deltas], axis=0)  # each replica's rounding, averaged
+    second = bound(exact)  # the mean's own rounding (its scales move by at most `first`)
+    err = np.abs((p0["a"].reshape(-1) - got[0].reshape(-1)) - exact)
+    assert np.all(err <= 1.1 * (first + second) + 1e-7)
+    assert err.max() > 0  # it was rounded
+    np.testing.assert_allclose(np.asarray(new["b"][0]), 1.0 - lr * grads["b"].mean(0), atol=1e-6)
+    # codes and float32 scales: 8 shares of 1024 values out, and this replica's share back
+    share = 1024 * spec.bits // 8 + (1024 // block) * 4
+    assert float(state.bytes_sent[0]) == 9 * share + 5 * 4
+
+    grads["a"][3, 2, 9] = np.nan  # one replica's pseudo-gradient holds a NaN
+    new, _ = step(grads, jax.vmap(tx.init)(params), params)
+    got = np.asarray(new["a"])
+    assert np.isnan(got[:, 2, 9]).all()  # visible on every replica, not averaged to a number
+    assert np.isfinite(got[:, 40:]).all()  # blocks without the NaN are untouched
+
+
 def test_optax_optimizers_and_replicated_outer_state_under_shard_map():
     """Optax inner and outer; the anchor, the outer state and the counters replicated (`P()`:
     invariant across replicas), the inner state per replica, through a `lax.scan` carry."""
