@@ -1,6 +1,7 @@
 """Two processes on 127.0.0.1, joined by `jax.distributed.initialize` with gloo CPU collectives
 (4 host devices each), train data-parallel with ZeRO-1, global-norm clipping and accumulation for
-20 steps and end with the params of a single-process run on 8 devices.
+20 steps, then with Streaming DiLoCo (4-bit pseudo-gradients, one replica per device), and end
+with the params of single-process runs on 8 devices.
 
 The processes are started by the example's own launcher (examples/multihost_data_parallel.py),
 which bounds them in time and kills their process groups on any exit, so no process and no port
@@ -52,7 +53,8 @@ def test_two_processes_train_like_one_process(tmp_path):
     assert "process 0/2: 4 local devices, 8 in all" in results[0][1]
     assert "process 1/2: 4 local devices, 8 in all" in results[1][1]
     assert_port_free(port)
-    got = dict(np.load(out))
+    saved = dict(np.load(out))
+    got = {k: v for k, v in saved.items() if not k.startswith("diloco/")}
     # the same training in this process, on its 8 host devices
     expected = example.train(example.STEPS)
     start = example.init_params()
@@ -60,6 +62,16 @@ def test_two_processes_train_like_one_process(tmp_path):
     for k in expected:
         assert not np.allclose(expected[k], start[k])  # it trained
         np.testing.assert_allclose(got[k], expected[k], rtol=1e-6, atol=1e-6, err_msg=k)
+    # DiLoCo with 4-bit pseudo-gradients, each device a replica: the gloo all-to-all and
+    # all-gather move the same codes as the in-process collectives
+    diloco = {k.removeprefix("diloco/"): v for k, v in saved.items() if k.startswith("diloco/")}
+    expected = example.train_diloco(example.STEPS)
+    assert diloco.keys() == expected.keys()
+    assert float(diloco["total_bytes_sent"]) > 0
+    for k in expected:
+        if k in start:
+            assert not np.allclose(expected[k], start[k])
+        np.testing.assert_allclose(diloco[k], expected[k], rtol=1e-6, atol=1e-6, err_msg=k)
 
 
 def test_launcher_is_bounded_in_time_and_cleans_up():
