@@ -19,7 +19,8 @@ table runs only in float32 and bf16: 8-bit buffers packed and per leaf, and bf16
 differ by at most one unit in the last place.
 
 Record anew (only for a deliberate change of numbers, said in the commit):
-`.venv/bin/python -m tests.golden --record`.
+`.venv/bin/python -m tests.golden --record`; a case new to the table: `--new` (records only
+the cases the record lacks).
 """
 
 from __future__ import annotations
@@ -162,18 +163,29 @@ def codec_trajectory(name: str) -> tuple[list, list]:
 CODECS: tuple[str, ...] = tuple(_codec_cases())
 
 
-def record(path: pathlib.Path = PATH) -> None:
+def record(path: pathlib.Path = PATH, *, only_new: bool = False) -> None:
+    """Record every case (or, `only_new`, the table cases the record lacks, keeping the others'
+    bytes: for a case added to the table; the fingerprint must be the record's)."""
     from . import compiled
 
     arrays: dict[str, np.ndarray] = {}
     layouts = {}
+    if only_new:
+        old = Record(path)
+        if not old.exact():
+            sys.exit("tests.golden --new: this machine's fingerprint is not the record's")
+        arrays, layouts = dict(old.arrays), dict(old.meta["layouts"])
     for case in compiled.CASES:
+        if f"{case.name}:updates" in arrays:
+            continue
         got = record_case(case.name)
         arrays[f"{case.name}:updates"] = got["updates"]
         arrays[f"{case.name}:states"] = got["states"]
         layouts[case.name] = got["layout"]
         print(f"recorded {case.name}", flush=True)
     for name in CODECS:
+        if f"codec/{name}:updates" in arrays:
+            continue
         updates, states = codec_trajectory(name)
         key = f"codec/{name}"
         arrays[f"{key}:updates"] = np.stack([_bytes(u) for u in updates])
@@ -256,13 +268,14 @@ def differences(
 
 
 if __name__ == "__main__":
-    if "--record" not in sys.argv[1:]:
-        sys.exit(f"usage: python -m tests.golden --record  (writes {PATH})")
+    mode = sys.argv[1:2]
+    if mode not in (["--record"], ["--new"]):
+        sys.exit(f"usage: python -m tests.golden --record | --new  (writes {PATH})")
     from .lanes import emitter_env
 
     env = emitter_env(dict(os.environ))
     if os.environ.get("XLA_FLAGS") != env["XLA_FLAGS"]:  # the main lane's compiler, then record
-        os.execve(sys.executable, [sys.executable, "-m", "tests.golden", "--record"], env)
+        os.execve(sys.executable, [sys.executable, "-m", "tests.golden", *mode], env)
     import tests.conftest  # noqa: F401  (the suite's XLA flags, before jax starts)
 
-    record()
+    record(only_new=mode == ["--new"])

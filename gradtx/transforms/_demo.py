@@ -235,8 +235,8 @@ def scale_by_demo(
             p = p if hasattr(p, "dtype") else jnp.asarray(p)
             return jnp.zeros(p.shape, m_dtype or p.dtype)
 
-        zero = jnp.zeros((), jnp.float32)
-        return ScaleByDemoState(zero_count(), jax.tree.map(zeros, params), zero, zero)
+        sent, total = (jnp.zeros((), jnp.float32) for _ in range(2))  # two buffers: donatable
+        return ScaleByDemoState(zero_count(), jax.tree.map(zeros, params), sent, total)
 
     def leaf(g, m, lr):
         """(update, new momentum, bytes sent) of one leaf."""

@@ -377,8 +377,8 @@ def diloco(
         return DiLoCoState(inner_state, outer_states, copy_params(params), *_counters())
 
     def _counters():
-        zero = jnp.zeros((), jnp.float32)
-        return zero_count(), zero, zero
+        sent, total = (jnp.zeros((), jnp.float32) for _ in range(2))  # two buffers: donatable
+        return zero_count(), sent, total
 
     def update(updates, state, params=None, **extra_args):
         expect_state(who, state, DiLoCoState)

@@ -82,4 +82,14 @@ CASES = [
         rosenbrock_kwargs={"learning_rate": lambda t: 5e-3 * 0.9995**t},
         rosenbrock_steps=10_000,
     ),
+    OptCase(
+        # DeMo on one replica (axis_name=None): the sign of the momentum's top DCT coefficients
+        # per chunk; the generic tests' leaves fit one chunk, so a few coefficients is the
+        # compression. Sign steps settle under a decaying rate, as sign_sgd's.
+        "demo_momentum",
+        gradtx.demo_momentum,
+        {"learning_rate": 0.01, "compression_topk": 2, "compression_chunk": 8},
+        rosenbrock_kwargs={"learning_rate": lambda t: 5e-3 * 0.9995**t},
+        rosenbrock_steps=10_000,
+    ),
 ]
