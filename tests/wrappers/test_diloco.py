@@ -507,3 +507,13 @@ def test_usage_errors():
     params = {"w": jnp.ones(2)}
     with pytest.raises(ValueError, match="diloco needs the current parameters"):
         tx.update(params, tx.init(params))
+
+
+def test_init_state_shares_no_buffer_with_params_or_itself():
+    """Every state leaf its own buffer (a donated step cannot take one buffer twice)."""
+    tx = gradtx.diloco(gradtx.sgd(0.1, momentum=0.9), sync_every=2, axis_name=AXIS, fragments=2)
+    params = {"a": jnp.ones(3), "b": jnp.zeros(2)}
+    state = tx.init(params)
+    ids = [id(x) for x in jax.tree.leaves(state)]
+    assert len(set(ids)) == len(ids)
+    assert not set(ids) & {id(x) for x in jax.tree.leaves(params)}
