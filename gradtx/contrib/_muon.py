@@ -16,7 +16,7 @@ from .._base._checks import (
     check_non_negative,
     check_one_of,
 )
-from .._base._explicit import auto_partitioned
+from .._base._explicit import auto_partitioned, gathered
 from .._base._numerics import bias_correction, safe_increment, widen, zero_count
 from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Mask, Params, ScalarOrSchedule, Updates
@@ -127,10 +127,13 @@ def _orthogonalize(
 
     `coeffs`: one row of 3 coefficients per iteration, Python floats (a static argument of one
     jitted program per table) or traced scalars (`gradtx.with_hyperparameters`; then traced in
-    the caller's program)."""
+    the caller's program). A sharded `x` is gathered once and the iterations run locally, their
+    result replicated (`gathered` on both sides: else XLA's partitioner would carry the params'
+    sharding into every matmul)."""
+    x = gathered(x)
     if any(isinstance(c, jax.core.Tracer) for row in coeffs for c in row):
-        return _newton_schulz(x, coeffs, preconditioning, eps)
-    return _static_newton_schulz(x, coeffs, preconditioning, eps)
+        return gathered(_newton_schulz(x, coeffs, preconditioning, eps))
+    return gathered(_static_newton_schulz(x, coeffs, preconditioning, eps))
 
 
 def _newton_schulz(
@@ -174,6 +177,7 @@ def _orthogonalize_leaf(
     eps: ArrayLike,
 ) -> jax.Array:
     batch, red, out = _matrix_axes(who, x.shape, dims)
+    x = gathered(x)  # one all-gather of a sharded leaf; the iterations then run locally
     order = batch + red + out
     size = lambda axes: math.prod(x.shape[a] for a in axes)
     matrices = jnp.transpose(x, order).reshape(size(batch), size(red), size(out))
