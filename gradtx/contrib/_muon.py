@@ -43,8 +43,24 @@ from ._fallback import adamw_fallback
 
 _PRECONDITIONINGS = ("frobenius", "spectral", "aol", "schatten")
 _DEFAULT_NS_COEFFS = (3.4445, -4.7750, 2.0315)
+# Polar Express (Amsel et al., 2025, Algorithm 1): the minimax odd quintics of a greedy
+# sequence for singular values in [1e-3, 1], each row but the last divided by the paper's safety
+# factor (c0 / 1.01, c1 / 1.01^3, c2 / 1.01^5) so that rounding cannot push a singular value
+# past the next polynomial's interval. A preset longer than `ns_steps` gives its first rows.
+_POLAR_EXPRESS = (
+    (8.28721201814563, -23.595886519098837, 17.300387312530933),
+    (4.107059111542203, -2.9478499167379106, 0.5448431082926601),
+    (3.9486908534822946, -2.908902115962949, 0.5518191394370137),
+    (3.3184196573706015, -2.488488024314874, 0.51004894012372),
+    (2.300652019954817, -1.6689039845747493, 0.4188073119525673),
+    (1.891301407787398, -1.2679958271945868, 0.37680408948524835),
+    (1.8750014808534479, -1.2500016453999487, 0.3750001645474248),
+    (1.875, -1.25, 0.375),
+)
 _NS_COEFFS_PRESETS: dict[str, Any] = {
     "standard": _DEFAULT_NS_COEFFS,
+    "polar_express": tuple((a / 1.01, b / 1.01**3, c / 1.01**5) for a, b, c in _POLAR_EXPRESS[:-1])
+    + _POLAR_EXPRESS[-1:],
     "dion": (
         (4.0848, -6.8946, 2.9270),
         (3.9505, -6.3029, 2.6377),
@@ -191,7 +207,7 @@ def _coefficient_table(who: str, ns_coeffs: Any, ns_steps: int) -> tuple[tuple[A
     stay traced scalars."""
     if isinstance(ns_coeffs, str):
         check_one_of(who, "ns_coeffs", ns_coeffs, list(_NS_COEFFS_PRESETS))
-        ns_coeffs = _NS_COEFFS_PRESETS[ns_coeffs]
+        ns_coeffs = _NS_COEFFS_PRESETS[ns_coeffs][:ns_steps]  # a preset's first ns_steps rows
     traced = any(isinstance(c, jax.core.Tracer) for c in jax.tree.leaves(ns_coeffs))
     xp: Any = jnp if traced else np  # traced: float32 scalars; else Python floats (float64)
     try:
@@ -249,7 +265,10 @@ def scale_by_muon(
 
     Args:
       ns_coeffs: :math:`(c_0, c_1, c_2)`, or a table of such rows (one per iteration, at most
-        `ns_steps` rows; then `ns_steps` is otherwise ignored).
+        `ns_steps` rows; then `ns_steps` is otherwise ignored), or a preset: "standard" (the
+        default), "dion" (five tuned rows) or "polar_express" (the first `ns_steps` of the
+        eight rows of Amsel et al., 2025: at 5 iterations about half the standard rows'
+        orthogonality error, near 0 at 6).
       ns_steps: number of iterations (>= 1).
       beta: :math:`\beta` in [0, 1), the momentum decay.
       eps: >= 0, added to the normalising norm.
@@ -408,7 +427,7 @@ def muon(
     Args:
       learning_rate: :math:`\eta` >= 0 (float or schedule) of the Muon matrices.
       ns_coeffs: Newton-Schulz coefficients, a table of them, or a preset name ("standard",
-        "dion"); see `scale_by_muon`.
+        "dion", "polar_express"); see `scale_by_muon`.
       ns_steps: Newton-Schulz iterations (>= 1).
       beta: momentum decay in [0, 1).
       eps: >= 0, the normalisation's and AdamW's epsilon.
@@ -451,9 +470,8 @@ def muon(
     if adam_learning_rate is None:
         adam_learning_rate = learning_rate
     spec: DimensionNumbersOrFn = muon_weight_dimension_numbers
-    if isinstance(ns_coeffs, str):
+    if isinstance(ns_coeffs, str):  # a preset: its table is read by `_coefficient_table`
         check_one_of(who, "ns_coeffs", ns_coeffs, list(_NS_COEFFS_PRESETS))
-        ns_coeffs = _NS_COEFFS_PRESETS[ns_coeffs]
 
     labels = matrix_labels(who, spec, "muon")
 

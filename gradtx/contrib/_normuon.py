@@ -167,7 +167,7 @@ def scale_by_normuon(
 
     Args:
       ns_coeffs: Newton-Schulz coefficients, a table of rows of them, or a preset name
-        ("standard", "dion"); see `scale_by_muon`.
+        ("standard", "dion", "polar_express"); see `scale_by_muon`.
       ns_steps: number of Newton-Schulz iterations (>= 1).
       beta: :math:`\beta` in [0, 1), the momentum decay.
       b2: :math:`\beta_2` in [0, 1), the decay of the per-neuron second moment.
@@ -365,9 +365,8 @@ def normuon(
     who = "normuon"
     if adam_learning_rate is None:
         adam_learning_rate = learning_rate
-    if isinstance(ns_coeffs, str):
+    if isinstance(ns_coeffs, str):  # a preset: its table is read by `_coefficient_table`
         check_one_of(who, "ns_coeffs", ns_coeffs, list(_NS_COEFFS_PRESETS))
-        ns_coeffs = _NS_COEFFS_PRESETS[ns_coeffs]
     check_one_of(who, "update_scale", update_scale, UPDATE_SCALES)
     spec = weight_dimension_numbers
     branch_spec = MuonDimensionNumbers() if spec is None else spec

@@ -238,3 +238,50 @@ def test_contrib_muon_on_a_single_matrix_matches_optax():
     ref = _steps(optax.contrib.muon(1e-3), params, grads)
     for got, want in zip(ours, ref, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+def _orthogonality_error(x: np.ndarray, coeffs) -> float:
+    """||U U^T - I||_2 (the smaller Gram) of the Newton-Schulz result of `x` under `coeffs`."""
+    from gradtx.contrib._muon import _newton_schulz
+
+    u = np.asarray(_newton_schulz(jnp.asarray(x)[None], tuple(coeffs), "frobenius", 1e-7))[0]
+    u = u.astype(np.float64)
+    gram = u @ u.T if u.shape[0] <= u.shape[1] else u.T @ u
+    return float(np.linalg.norm(gram - np.eye(gram.shape[0]), 2))
+
+
+def test_polar_express_preset_halves_the_orthogonality_error_at_the_same_cost():
+    from gradtx.contrib._muon import _NS_COEFFS_PRESETS, _coefficient_table
+
+    pe, standard = _NS_COEFFS_PRESETS["polar_express"], _coefficient_table("t", "standard", 5)
+    assert len(pe) == 8 and _coefficient_table("t", "polar_express", 5) == pe[:5]
+    # the paper's last row, and the first rows after its safety factor (rounded as NVIDIA's
+    # emerging-optimizers prints them)
+    assert pe[-1] == (1.875, -1.25, 0.375)
+    np.testing.assert_allclose(pe[0], (8.2051, -22.9019, 16.4607), atol=1.1e-4)
+    np.testing.assert_allclose(pe[4], (2.2779, -1.6198, 0.3985), atol=1.1e-4)
+    rng = np.random.default_rng(0)
+    for shape in [(128, 64), (64, 256)]:
+        x = rng.normal(size=shape).astype(np.float32)
+        std5 = _orthogonality_error(x, standard)
+        assert std5 > 0.5  # the standard rows stop at singular values in about [0.7, 1.2]
+        assert _orthogonality_error(x, pe[:5]) < 0.6 * std5
+        assert _orthogonality_error(x, pe[:6]) < 0.01
+    # the same iteration count costs the same: as many matrix products in either program
+    x = jnp.ones((1, 32, 16))
+    dots = [
+        jax.jit(lambda x, c=c: gc._muon._newton_schulz(x, c, "frobenius", 1e-7))
+        .lower(x)
+        .as_text()
+        .count("dot_general")
+        for c in (standard, pe[:5])
+    ]
+    assert dots[0] == dots[1] > 0
+    # every alias takes the preset by name
+    params = {"w": jnp.ones((8, 4))}
+    for make in (gc.muon, gc.normuon):
+        tx = make(1e-2, ns_coeffs="polar_express")
+        u, _ = tx.update(params, tx.init(params), params)
+        assert np.all(np.isfinite(np.asarray(u["w"])))
+    with pytest.raises(ValueError, match="ns_coeffs"):
+        gc.muon(1e-2, ns_coeffs="polar")
