@@ -13,7 +13,9 @@ On params sharded over a mesh (FSDP, ZeRO-3), a matrix function left to XLA's pa
 the matrix at every matmul of an iteration (Muon's Newton-Schulz: 15 all-gathers for 5
 iterations). `gathered` bounds that: the matrix is all-gathered once, the whole function runs
 locally on every device, and the result, replicated, is cut back to each device's rows where it
-meets the sharded params (a slice, no collective).
+meets the sharded params (a slice, no collective). `owner_split` / `owner_merged` divide the work
+instead: a stack of same-shape matrices is split by whole matrices over the devices (one
+all-to-all each way), so each device computes only the matrices it owns.
 Inner products of sharded trees (`gradtx.tree.vdot`) use an element-wise product and a sum
 there (`jnp.vdot` ravels, which splits a sharded axis), `jnp.vdot` elsewhere.
 """
@@ -21,10 +23,12 @@ there (`jnp.vdot` ravels, which splits a sharded axis), `jnp.vdot` elsewhere.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from jax.sharding import AxisType, PartitionSpec
 
 _auto_axes: Callable | None = getattr(jax.sharding, "auto_axes", None)
@@ -62,10 +66,37 @@ def gathered(x: Any) -> Any:
     mesh = _mesh_of(x)
     if mesh is None:
         return x
-    replicated = jax.sharding.NamedSharding(mesh, PartitionSpec())
-    if AxisType.Explicit in tuple(mesh.axis_types):
-        return jax.sharding.reshard(x, replicated)
-    return jax.lax.with_sharding_constraint(x, replicated)
+    return _constrained(x, jax.sharding.NamedSharding(mesh, PartitionSpec()))
+
+
+def _constrained(x: Any, sharding: Any) -> Any:
+    if AxisType.Explicit in tuple(sharding.mesh.axis_types):
+        return jax.sharding.reshard(x, sharding)
+    return jax.lax.with_sharding_constraint(x, sharding)
+
+
+def owner_split(x: Any) -> tuple[Any, Any]:
+    """A stack of matrices `x` (batch first) split by whole matrices over every device of its
+    mesh (padded with zero matrices to a multiple of the device count): one all-to-all, after
+    which each device holds the matrices it owns and what follows runs on those alone. Returns
+    the split stack and the sharding to give `owner_merged`; unchanged (None) without a mesh."""
+    mesh = _mesh_of(x)
+    if mesh is None:
+        return x, None
+    devices = math.prod(mesh.axis_sizes)
+    pad = -x.shape[0] % devices
+    if pad:
+        x = jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1))
+    owned = jax.sharding.NamedSharding(mesh, PartitionSpec(tuple(mesh.axis_names)))
+    return _constrained(x, owned), owned
+
+
+def owner_merged(y: Any, owned: Any, count: int) -> Any:
+    """The first `count` matrices of `y`, computed where `owner_split` put them (its sharding
+    `owned`); the consumer's layout is XLA's to reach (one all-to-all back to the params')."""
+    if owned is None:
+        return y
+    return _constrained(y, owned)[:count]
 
 
 def on_explicit_axes(*xs: Any) -> bool:

@@ -16,7 +16,7 @@ from .._base._checks import (
     check_non_negative,
     check_one_of,
 )
-from .._base._explicit import auto_partitioned, gathered
+from .._base._explicit import auto_partitioned, gathered, owner_merged, owner_split
 from .._base._numerics import bias_correction, safe_increment, widen, zero_count
 from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Mask, Params, ScalarOrSchedule, Updates
@@ -42,6 +42,7 @@ from ._dimension_numbers import (
 from ._fallback import adamw_fallback
 
 _PRECONDITIONINGS = ("frobenius", "spectral", "aol", "schatten")
+_LAYOUTS = ("replicated", "owner")
 _DEFAULT_NS_COEFFS = (3.4445, -4.7750, 2.0315)
 # Polar Express (Amsel et al., 2025, Algorithm 1): the minimax odd quintics of a greedy
 # sequence for singular values in [1e-3, 1], each row but the last divided by the paper's safety
@@ -137,19 +138,30 @@ def _ns_step(x: jax.Array, a: jax.Array, c: jax.Array) -> jax.Array:
 
 
 def _orthogonalize(
-    x: jax.Array, coeffs: tuple[tuple[Any, ...], ...], preconditioning: str, eps: ArrayLike
+    x: jax.Array,
+    coeffs: tuple[tuple[Any, ...], ...],
+    preconditioning: str,
+    eps: ArrayLike,
+    layout: str = "replicated",
 ) -> jax.Array:
     """Newton-Schulz iterations on a stack of matrices `x` of shape (batch, m, n), in float32.
 
     `coeffs`: one row of 3 coefficients per iteration, Python floats (a static argument of one
     jitted program per table) or traced scalars (`gradtx.with_hyperparameters`; then traced in
-    the caller's program). A sharded `x` is gathered once and the iterations run locally, their
-    result replicated (`gathered` on both sides: else XLA's partitioner would carry the params'
-    sharding into every matmul)."""
-    x = gathered(x)
+    the caller's program). On a mesh, `layout` "replicated": a sharded `x` is gathered once and
+    the iterations run locally, their result replicated (`gathered` on both sides: else XLA's
+    partitioner would carry the params' sharding into every matmul); "owner": the stack is
+    split by whole matrices over the devices, each iterating on its own (`owner_split`)."""
+    count, owned = x.shape[0], None
+    if layout == "owner":
+        x, owned = owner_split(x)
+    else:
+        x = gathered(x)
     if any(isinstance(c, jax.core.Tracer) for row in coeffs for c in row):
-        return gathered(_newton_schulz(x, coeffs, preconditioning, eps))
-    return gathered(_static_newton_schulz(x, coeffs, preconditioning, eps))
+        y = _newton_schulz(x, coeffs, preconditioning, eps)
+    else:
+        y = _static_newton_schulz(x, coeffs, preconditioning, eps)
+    return owner_merged(y, owned, count) if layout == "owner" else gathered(y)
 
 
 def _newton_schulz(
@@ -184,21 +196,39 @@ def _newton_schulz(
 _static_newton_schulz = jax.jit(_newton_schulz, static_argnums=(1, 2))
 
 
-def _orthogonalize_leaf(
+def _orthogonalize_leaves(
     who: str,
-    x: jax.Array,
-    dims: MuonDimensionNumbers | None,
+    xs: list[jax.Array],
+    dims: list[MuonDimensionNumbers | None],
     coeffs: tuple[tuple[float, ...], ...],
     preconditioning: str,
     eps: ArrayLike,
-) -> jax.Array:
-    batch, red, out = _matrix_axes(who, x.shape, dims)
-    x = gathered(x)  # one all-gather of a sharded leaf; the iterations then run locally
-    order = batch + red + out
-    size = lambda axes: math.prod(x.shape[a] for a in axes)
-    matrices = jnp.transpose(x, order).reshape(size(batch), size(red), size(out))
-    ortho = _orthogonalize(matrices, coeffs, preconditioning, eps)
-    return untranspose(ortho, order, x.shape)
+    layout: str = "replicated",
+) -> list[jax.Array]:
+    """Each leaf of `xs` orthogonalised as the matrices its dimension numbers give; the leaves
+    whose matrices have one shape run as one stack (one batched Newton-Schulz)."""
+    stacks: dict[tuple[int, ...], list[int]] = {}
+    views = []
+    for i, (x, d) in enumerate(zip(xs, dims, strict=True)):
+        batch, red, out = _matrix_axes(who, x.shape, d)
+        if layout != "owner":
+            x = gathered(x)  # one all-gather of a sharded leaf; the iterations then run locally
+        order = batch + red + out
+        size = lambda axes, x=x: math.prod(x.shape[a] for a in axes)
+        matrices = jnp.transpose(x, order).reshape(size(batch), size(red), size(out))
+        views.append((matrices, order))
+        stacks.setdefault(matrices.shape[1:], []).append(i)
+    results: list[Any] = [None] * len(xs)
+    for members in stacks.values():
+        parts = [views[i][0] for i in members]
+        stack = parts[0] if len(parts) == 1 else jnp.concatenate(parts)
+        ortho = _orthogonalize(stack, coeffs, preconditioning, eps, layout)
+        start = 0
+        for i, part in zip(members, parts, strict=True):
+            piece = ortho[start : start + part.shape[0]]
+            results[i] = untranspose(piece, views[i][1], xs[i].shape)
+            start += part.shape[0]
+    return results
 
 
 def _coefficient_table(who: str, ns_coeffs: Any, ns_steps: int) -> tuple[tuple[Any, ...], ...]:
@@ -247,6 +277,7 @@ def scale_by_muon(
     adaptive: bool = False,
     preconditioning: str = "frobenius",
     weight_dimension_numbers: DimensionNumbersOrFn = None,
+    distributed: str = "replicated",
 ) -> GradientTransformation:
     r"""Replace each matrix update by the orthogonalised (Nesterov) momentum: Muon's direction.
 
@@ -282,6 +313,14 @@ def scale_by_muon(
       weight_dimension_numbers: which axes form each leaf's matrix: None (every leaf is a
         matrix), one `MuonDimensionNumbers` for all, a tree (or prefix) of them (a None entry
         means the default matrix axes), or a callable of the updates returning one of those.
+      distributed: where the iterations run when the leaves are sharded over a mesh (under
+        sharded `jit`; nothing changes on one device or inside `shard_map`): "replicated"
+        (default) gathers each matrix once and every device iterates on it (the collectives
+        of a step: the matrices' size once); "owner" splits the stacks of same-shape matrices
+        by whole matrices over the devices, each iterating only on those it owns (an
+        all-to-all each way, about 2/N of the matrices' size on N devices, and 1/N of the
+        work; padded with zero matrices to a multiple of N). Either equals the one-device
+        step. The leaves whose matrices share a shape always run as one batched iteration.
 
     Returns:
       A `GradientTransformation` with state `MuonState(count, mu)`.
@@ -299,6 +338,7 @@ def scale_by_muon(
     check_in_range(who, "beta", beta, 0.0, 1.0, high_open=True)
     check_non_negative(who, "eps", eps)
     check_one_of(who, "preconditioning", preconditioning, _PRECONDITIONINGS)
+    check_one_of(who, "distributed", distributed, _LAYOUTS)
 
     check_moment_dtype(who, "mu_dtype", mu_dtype)
 
@@ -313,19 +353,21 @@ def scale_by_muon(
         mus = treedef.flatten_up_to(state.mu)
         corr = bias_correction(beta, count)
         corr_next = bias_correction(beta, safe_increment(count))
-        new_updates, new_mu = [], []
-        for g, m, d in zip(leaves, mus, dims, strict=True):
+        m_hats, new_mu = [], []
+        for g, m in zip(leaves, mus, strict=True):
             g32 = widen(g)
             m32: Any = widen(ema(beta, g32, buffer_value(m)))
             if nesterov:
-                m_hat = beta * (m32 / corr_next) + (1 - beta) * (g32 / corr)
+                m_hats.append(beta * (m32 / corr_next) + (1 - beta) * (g32 / corr))
             else:
-                m_hat = m32 / corr
-            u = _orthogonalize_leaf(who, m_hat, d, table, preconditioning, eps)
+                m_hats.append(m32 / corr)
+            new_mu.append(into_buffer(m32, m))
+        orthos = _orthogonalize_leaves(who, m_hats, dims, table, preconditioning, eps, distributed)
+        new_updates = []
+        for g, m_hat, u in zip(leaves, m_hats, orthos, strict=True):
             if adaptive:
                 u = jnp.sum(jnp.conj(m_hat) * u) * u
             new_updates.append(u.astype(g.dtype))
-            new_mu.append(into_buffer(m32, m))
         return treedef.unflatten(new_updates), MuonState(count=count, mu=treedef.unflatten(new_mu))
 
     return GradientTransformation(init, auto_partitioned(update))
@@ -406,6 +448,7 @@ def muon(
     adam_learning_rate: ScalarOrSchedule | None = None,
     muon_weight_dimension_numbers: DimensionNumbersOrFn = None,
     consistent_rms: ArrayLike | None = None,
+    distributed: str = "replicated",
 ) -> GradientTransformation:
     r"""Muon: orthogonalised Nesterov momentum for matrices, AdamW for every other parameter.
 
@@ -448,6 +491,8 @@ def muon(
         for every leaf, or a callable of the params returning one of those; None: every 2-D
         leaf, as a plain matrix.
       consistent_rms: None (width scaling) or the target RMS (e.g. 0.2) of `scale_by_shape`.
+      distributed: "replicated" or "owner": where the iterations run on sharded params (see
+        `scale_by_muon`).
 
     Returns:
       A `GradientTransformation` with state `MultiTransformState` ("muon" and "adam").
@@ -491,6 +536,7 @@ def muon(
                     adaptive=adaptive,
                     preconditioning=preconditioning,
                     weight_dimension_numbers=branch_spec,
+                    distributed=distributed,
                 ),
                 scale_by_shape(branch_spec, consistent_rms),
                 weight_decay_tx(weight_decay, weight_decay_mask),
