@@ -15,7 +15,7 @@ from .._base._checks import (
     check_int,
     check_non_negative,
 )
-from .._base._explicit import auto_partitioned
+from .._base._explicit import auto_partitioned, gathered
 from .._base._numerics import key_data, safe_increment, widen, zero_count
 from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, Mask, Params, ScalarOrSchedule, Seed, Updates
@@ -295,7 +295,13 @@ def scale_by_dion(
         new_updates, new_m, new_q = [], [], []
         for g, m, q, lay in zip(leaves, ms, qs, lays, strict=True):
             b = _to_matrices(widen(g), lay) + _to_matrices(widen(buffer_value(m)), lay)
-            p, m32, q32 = _dion_step(b, q.astype(jnp.float32), mu, eps)
+            # on sharded params: B and Q gathered once, the step local on every device, its
+            # results replicated (see `gathered`; left to XLA's partitioner, the QR of a stack
+            # sharded along its rows deadlocked XLA:CPU's collectives)
+            p, m32, q32 = (
+                gathered(x)
+                for x in _dion_step(gathered(b), gathered(q.astype(jnp.float32)), mu, eps)
+            )
             u = math.sqrt(lay.fan_out / lay.fan_in) * (p @ _mT(q32))
             new_updates.append(_from_matrices(u, lay, g.shape).astype(g.dtype))
             new_m.append(into_buffer(_from_matrices(m32, lay, g.shape), m))

@@ -50,6 +50,8 @@ def test_one_gather_per_matrix_and_equal_to_one_device(name):
     # each matrix once, plus per-row / per-column statistics (norms, NorMuon's second moment,
     # Dion's column norms): at most four float32 vectors of rows + columns per matrix
     bound = sum(4 * m * n for m, n in matrices) + sum(4 * 4 * (m + n) for m, n in matrices)
+    if name == "dion":  # and its Q (columns x rank; the full rank by default), once
+        bound += sum(4 * n * n for _, n in matrices)
     step = jax.jit(tx.update).lower(params, state, params).compile()
     moved = collectives_with_bytes(step.as_text())
     assert sum(c["bytes"] for c in moved.values()) <= bound, moved
@@ -106,3 +108,27 @@ def test_owner_computes_splits_a_stack_of_layers_over_the_devices():
     for layout, ((p, _), u) in results.items():
         np.testing.assert_allclose(u["stack"], single_u["stack"], atol=1e-6, err_msg=layout)
         np.testing.assert_allclose(p["stack"], single["stack"], atol=1e-6, err_msg=layout)
+
+
+def test_dion_on_a_sharded_stack_of_layers():
+    """Dion's QR of a stack sharded along its rows deadlocked XLA:CPU's collectives; it runs on
+    the gathered B Q and equals one device."""
+    mesh = jax.make_mesh((8,), ("fsdp",), axis_types=(AxisType.Auto,))
+    shardings = {
+        "w": NamedSharding(mesh, P("fsdp", None)),
+        "stack": NamedSharding(mesh, P(None, "fsdp", None)),
+    }
+    rng = np.random.default_rng(2)
+    host = {
+        k: rng.normal(size=s).astype(np.float32)
+        for k, s in (("w", (64, 64)), ("stack", (4, 64, 64)))
+    }
+    grads = {k: rng.normal(size=v.shape).astype(np.float32) for k, v in host.items()}
+    D = gradtx.contrib.DionDimensionNumbers
+    tx = gradtx.contrib.dion(1e-2, weight_dimension_numbers={"w": D(), "stack": D(1, 2)})
+    params = jax.device_put(host, shardings)
+    step = jax.jit(tx.update)
+    got, _ = step(jax.device_put(grads, shardings), gradtx.init_sharded(tx, params), params)
+    want, _ = step(grads, tx.init(host), host)
+    for k in host:
+        np.testing.assert_allclose(got[k], want[k], atol=1e-6, err_msg=k)
