@@ -41,6 +41,20 @@ def main(argv: list[str] | None = None) -> int:
         help="run only the ZeRO-1 vs replicated optimizer-state benchmark (8 host devices)",
     )
     parser.add_argument(
+        "--matrix",
+        action="store_true",
+        help="run only the matrix-optimizer benchmark on FSDP-sharded params (collective bytes "
+        "per step from the compiled HLO, step times sharded and on one device, Optax's muon; "
+        "Newton-Schulz orthogonality error per iteration; 8 host devices)",
+    )
+    parser.add_argument(
+        "--comm",
+        action="store_true",
+        help="run only the training-across-slow-links benchmark (data-parallel AdamW against "
+        "DiLoCo, Streaming DiLoCo and DeMo on 8 replicas of the quality language model: held-out "
+        "loss against the collective bytes of the compiled step; 8 host devices)",
+    )
+    parser.add_argument(
         "--quantized",
         action="store_true",
         help="run only the 8-bit optimizer state benchmark (float32 / bf16 / 8-bit Adam)",
@@ -93,7 +107,15 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         metavar="NAME",
         help="with --quality: run only this optimizer (repeatable; AdamW always runs); with "
-        "--leaves: only this optimizer (repeatable; 'floors' for the two floor rows)",
+        "--leaves: only this optimizer (repeatable; 'floors' for the two floor rows); with "
+        "--comm: only this variant (repeatable; dp-adamw always runs): dp-adamw, diloco-h10, "
+        "diloco-h50, streaming, diloco-4bit, demo",
+    )
+    parser.add_argument(
+        "--steps", type=int, help="with --comm: training steps of every run (default 600)"
+    )
+    parser.add_argument(
+        "--seeds", type=int, help="with --comm: seeds of each variant's best rate (default 3)"
     )
     parser.add_argument(
         "--part",
@@ -193,6 +215,21 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return health_main(
             quick=args.quick, out=args.out, rounds=args.repeats, log=lambda s: print(s, flush=True)
         )
+    if args.comm:
+        from .comm import main as comm_main
+
+        return comm_main(
+            quick=args.quick,
+            out=args.out,
+            log=lambda s: print(s, flush=True),
+            steps=args.steps,
+            seeds=args.seeds,
+            only=args.optimizer,
+        )
+    if args.matrix:
+        from .matrix import main as matrix_main
+
+        return matrix_main(quick=args.quick, out=args.out, rounds=args.repeats)
     if args.zero1:
         from .zero1 import main as zero1_main
 

@@ -317,3 +317,27 @@ def test_lowbit_floors_compute_the_library_step():
                     atol=1e-12,
                     err_msg=f"{codec} {kind}",
                 )
+
+
+def test_comm_benchmark_runs_quick(tmp_path):
+    code = main(["--comm", "--quick", "--out", str(tmp_path)])
+    assert code == 0
+    data = json.loads((tmp_path / "comm.json").read_text())
+    rows = {r["key"]: r for r in data["rows"]}
+    assert set(rows) == {"dp-adamw", "streaming", "demo"}  # --quick's variants
+    # data parallel: one float32 all-reduce of every gradient per step
+    dp = rows["dp-adamw"]["bytes"]["compiled"]
+    assert dp["per_step"] == dp["peak"] == 4 * data["parameters"]
+    # Streaming DiLoCo (--quick: H = 4, F = 2, bf16): fragment 1 on step 2, fragment 0 on step
+    # 4, nothing in between; XLA:CPU all-reduces in float32 what the lowered HLO has in bf16
+    streaming = rows["streaming"]["bytes"]
+    schedule = streaming["compiled"]["schedule"]
+    assert schedule[0] == schedule[2] == 0 and sum(schedule) == dp["per_step"]
+    assert 2 * streaming["lowered"]["per_step"] == streaming["compiled"]["per_step"]
+    for key, r in rows.items():
+        assert np.isfinite(r["final_loss"]), key
+        assert r["final_loss"] < r["curve"][0][3] + 0.5, key  # none diverges
+        if key != "dp-adamw":  # the counters say what the lowered HLO moves, step by step
+            assert r["counter_matches_lowered_hlo"], key
+    assert "| DP AdamW |" in (tmp_path / "comm.md").read_text()
+    assert (tmp_path / "comm.png").stat().st_size > 0

@@ -14,6 +14,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import gradtx
+from benchmarks.comm import _computations, _reachable  # the HLO reader of `--comm`
 from gradtx._base._checks import HyperparameterError
 from gradtx.wrappers._diloco import DiLoCoState, _fragments
 
@@ -85,22 +86,6 @@ def test_h1_equals_data_parallel_sgd_over_8_devices():
 _ITEMSIZE = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "s8": 1, "pred": 1}
 
 
-def _computations(hlo: str) -> tuple[str, dict[str, str]]:
-    """The entry computation's name and every computation's body, by name (HLO text, as
-    compiled or as lowered: names with or without `%`)."""
-    comps, entry, name, body = {}, None, None, []
-    for line in hlo.splitlines():
-        head = re.match(r"^(ENTRY )?%?([\w.\-]+) .*\{$", line)
-        if head:
-            name, body = head.group(2), []
-            entry = name if head.group(1) else entry
-        elif line.startswith("}") and name is not None:
-            comps[name], name = "\n".join(body), None
-        elif name is not None:
-            body.append(line)
-    return entry, comps
-
-
 def _all_reduce_bytes(body: str) -> int:
     """The bytes of the results of the all-reduces written in `body` (not in its callees)."""
     total = 0
@@ -110,16 +95,6 @@ def _all_reduce_bytes(body: str) -> int:
             for dtype, dims in re.findall(r"(\w+)\[([\d,]*)\]", m.group(1)):
                 total += _ITEMSIZE[dtype] * int(np.prod([int(d) for d in dims.split(",") if d]))
     return total
-
-
-def _reachable(comps: dict[str, str], start: str) -> set[str]:
-    seen, todo = set(), [start]
-    while todo:
-        name = todo.pop()
-        if name not in seen:
-            seen.add(name)
-            todo += [r for r in re.findall(r"[\w.\-]+", comps[name]) if r in comps]
-    return seen
 
 
 def _branch_bytes(hlo: str) -> list[int]:

@@ -1,0 +1,234 @@
+"""`python -m benchmarks --matrix`: the matrix optimizers on FSDP-sharded params (8 host devices).
+
+Setup (issue 51): a mesh axis `fsdp` over 8 host CPU devices; params `{"w": (512, 512), "stack":
+(4, 512, 512)}` with rows sharded (`P("fsdp", None)`, `P(None, "fsdp", None)`; the stack's axis
+0 a batch axis, given as dimension numbers), the state built in its derived shardings by
+`gradtx.init_sharded`. Per optimizer:
+
+- collective bytes per step: every all-gather, all-reduce, reduce-scatter, all-to-all and
+  collective-permute of `jax.jit(update).lower(...).compile().as_text()`, by result size
+  (`benchmarks.zero1.collectives_with_bytes`), divided by the parameter bytes. For SOAP, Shampoo
+  and Kron the program holds the refresh branch too (their refreshes sit under `lax.cond` /
+  `lax.switch`), so theirs is an upper bound of an ordinary step's;
+- step time, sharded (8 devices) and on one device: the median over timed rounds of a jitted
+  update (compiled first, inputs not donated), and the ratio to AdamW's in the same process;
+- Muon with `distributed="owner"` and Optax's `contrib.muon` (the same dimension numbers) in
+  the same run.
+
+Dion is left out, and SOAP, Shampoo and Kron are compiled (bytes) but not run sharded: on this
+mesh their sharded steps (QR / eigh with collectives around them, 8 devices on 2 cores) did not
+finish within 100 s at 512 x 512 (`tests/distributed/test_matrix_collectives.py` runs Dion on
+small matrices).
+
+And the Newton-Schulz coefficients: the orthogonality error `||U U^T - I||_2` after k iterations
+of the standard and the Polar Express rows on Gaussian (512, 128) matrices, and the step time
+of Muon with each on one device.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .zero1 import _FLAG, DEVICES, collectives_with_bytes
+
+SHAPES = {"w": (512, 512), "stack": (4, 512, 512)}
+QUICK_SHAPES = {"w": (64, 64), "stack": (4, 64, 64)}
+# compiled and measured in bytes, not run sharded: their sharded steps (eigh / QR of sharded
+# factors) stalled XLA:CPU's collectives on 8 devices sharing 2 cores
+COMPILED_ONLY = ("soap", "shampoo", "kron")
+
+
+def optimizers() -> dict[str, Callable[[], Any]]:
+    import optax
+
+    import gradtx
+
+    C = gradtx.contrib
+    muon_dims = {"w": C.MuonDimensionNumbers(), "stack": C.MuonDimensionNumbers(1, 2)}
+    optax_dims = {
+        "w": optax.contrib.MuonDimensionNumbers(0, 1),
+        "stack": optax.contrib.MuonDimensionNumbers(1, 2),
+    }
+    return {
+        "adamw": lambda: gradtx.adamw(1e-3),
+        "muon": lambda: C.muon(1e-3, muon_weight_dimension_numbers=muon_dims),
+        "muon (owner)": lambda: C.muon(
+            1e-3, muon_weight_dimension_numbers=muon_dims, distributed="owner"
+        ),
+        "muon (polar_express)": lambda: C.muon(
+            1e-3, muon_weight_dimension_numbers=muon_dims, ns_coeffs="polar_express"
+        ),
+        "optax muon": lambda: optax.contrib.muon(1e-3, muon_weight_dimension_numbers=optax_dims),
+        "normuon": lambda: C.normuon(1e-3, weight_dimension_numbers=muon_dims),
+        "scion": lambda: C.scion(1e-3, weight_dimension_numbers=muon_dims),
+        "soap": lambda: C.soap(
+            1e-3,
+            weight_dimension_numbers={
+                "w": C.SoapDimensionNumbers(),
+                "stack": C.SoapDimensionNumbers(1, 2),
+            },
+        ),
+        "shampoo": lambda: C.shampoo(
+            1e-3,
+            weight_dimension_numbers={
+                "w": C.ShampooDimensionNumbers(),
+                "stack": C.ShampooDimensionNumbers(1, 2),
+            },
+        ),
+        "kron": lambda: C.kron(1e-3, batch_axes={"w": (), "stack": (0,)}),
+    }
+
+
+def _median_time(fn: Callable[[], Any], rounds: int) -> float:
+    import jax
+
+    jax.block_until_ready(fn())
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def measure(quick: bool = False, rounds: int | None = None) -> dict[str, Any]:
+    import jax
+    import numpy as np
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import gradtx
+
+    from .harness import machine_facts
+
+    rounds = rounds or (2 if quick else 10)
+    shapes = QUICK_SHAPES if quick else SHAPES
+    mesh = jax.make_mesh((DEVICES,), ("fsdp",), axis_types=(AxisType.Auto,))
+    specs = {"w": P("fsdp", None), "stack": P(None, "fsdp", None)}
+    shardings = {k: NamedSharding(mesh, s) for k, s in specs.items()}
+    rng = np.random.default_rng(0)
+    host = {k: rng.normal(size=s).astype(np.float32) for k, s in shapes.items()}
+    grads = {k: rng.normal(size=s).astype(np.float32) for k, s in shapes.items()}
+    sharded = jax.device_put(host, shardings)
+    sharded_grads = jax.device_put(grads, shardings)
+    param_bytes = sum(4 * int(np.prod(s)) for s in shapes.values())
+    rows: list[dict[str, Any]] = []
+    for name, make in optimizers().items():
+        tx = make()
+        state = gradtx.init_sharded(tx, sharded)
+        step = jax.jit(tx.update)
+        compiled = step.lower(sharded_grads, state, sharded).compile()
+        moved = collectives_with_bytes(compiled.as_text() or "")
+        sharded_s = (
+            float("nan")
+            if name in COMPILED_ONLY
+            else _median_time(lambda: step(sharded_grads, state, sharded), rounds)
+        )
+        single_state = jax.jit(tx.init)(host)
+        single_s = _median_time(lambda: step(grads, single_state, host), rounds)
+        rows.append(
+            {
+                "name": name,
+                "collectives": moved,
+                "bytes_ratio": sum(c["bytes"] for c in moved.values()) / param_bytes,
+                "sharded_s": sharded_s,
+                "single_s": single_s,
+            }
+        )
+        print(f"{name}: {rows[-1]['bytes_ratio']:.2f}x the params moved", flush=True)
+    base = {r["name"]: r for r in rows}["adamw"]
+    for r in rows:
+        r["sharded_vs_adamw"] = r["sharded_s"] / base["sharded_s"]
+        r["single_vs_adamw"] = r["single_s"] / base["single_s"]
+    return {
+        "machine": machine_facts(),
+        "shapes": {k: list(v) for k, v in shapes.items()},
+        "param_bytes": param_bytes,
+        "rounds": rounds,
+        "rows": rows,
+        "orthogonality": orthogonality(quick),
+    }
+
+
+def orthogonality(quick: bool) -> dict[str, Any]:
+    """||U U^T - I||_2 after 1..8 iterations of each coefficient table, Gaussian matrices."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from gradtx.contrib._muon import _NS_COEFFS_PRESETS, _newton_schulz
+
+    shape = (128, 32) if quick else (512, 128)
+    x = np.random.default_rng(1).normal(size=shape).astype(np.float32)
+    out: dict[str, list[float]] = {}
+    for name in ("standard", "polar_express"):
+        table = _NS_COEFFS_PRESETS[name]
+        errors = []
+        for k in range(1, 9):
+            rows = tuple([table] * k) if name == "standard" else table[:k]
+            u = np.asarray(_newton_schulz(jnp.asarray(x)[None], rows, "frobenius", 1e-7))[0]
+            u = u.astype(np.float64)
+            gram = u.T @ u
+            errors.append(float(np.linalg.norm(gram - np.eye(gram.shape[0]), 2)))
+        out[name] = errors
+    return {"shape": list(shape), "errors": out}
+
+
+def markdown(res: dict[str, Any]) -> str:
+    lines = [
+        f"Matrix optimizers on FSDP-sharded params: {DEVICES} host devices, params "
+        + ", ".join(f"{k} {tuple(v)}" for k, v in res["shapes"].items())
+        + " (rows sharded), state from `init_sharded`; median of "
+        f"{res['rounds']} timed steps.",
+        "",
+        "| optimizer | collective bytes / param bytes | collectives (count) | "
+        "step, 8 devices (ms) | vs AdamW | step, 1 device (ms) | vs AdamW |",
+        "|---|---:|---|---:|---:|---:|---:|",
+    ]
+
+    def ms(seconds: float, ratio: float) -> str:
+        if seconds != seconds:  # NaN: not run (COMPILED_ONLY)
+            return "- | -"
+        return f"{1e3 * seconds:.1f} | {ratio:.1f}x"
+
+    for r in res["rows"]:
+        kinds = ", ".join(f"{k} {v['count']}" for k, v in sorted(r["collectives"].items()))
+        lines.append(
+            f"| {r['name']} | {r['bytes_ratio']:.2f} | {kinds or '-'} | "
+            f"{ms(r['sharded_s'], r['sharded_vs_adamw'])} | "
+            f"{ms(r['single_s'], r['single_vs_adamw'])} |"
+        )
+    o = res["orthogonality"]
+    lines += [
+        "",
+        f"Orthogonality error ||U U^T - I||_2 of Gaussian {tuple(o['shape'])} matrices after k "
+        "Newton-Schulz iterations:",
+        "",
+        "| coefficients | " + " | ".join(f"k={k}" for k in range(1, 9)) + " |",
+        "|---|" + "---:|" * 8,
+    ]
+    for name, errors in o["errors"].items():
+        lines.append(f"| {name} | " + " | ".join(f"{e:.3f}" for e in errors) + " |")
+    return "\n".join(lines)
+
+
+def main(quick: bool = False, out: str = "benchmarks/results", rounds: int | None = None) -> int:
+    import jax
+
+    if jax.device_count() < DEVICES:  # JAX started without the flag: measure in a subprocess
+        env = dict(os.environ)
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + _FLAG).strip()
+        args = [sys.executable, "-m", "benchmarks", "--matrix", "--out", out]
+        args += ["--quick"] if quick else []
+        args += ["--repeats", str(rounds)] if rounds else []
+        return subprocess.run(args, env=env, check=False).returncode
+    from .report import write_result
+
+    res = measure(quick=quick, rounds=rounds)
+    write_result(res, markdown(res), out, "matrix")
+    return 0
