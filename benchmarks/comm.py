@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -47,14 +46,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-DEVICES = 8
-AXIS = "replica"
-_FLAG = f"--xla_force_host_platform_device_count={DEVICES}"
+# zero1 sets XLA's 8 host devices when it is imported before jax
+from .zero1 import _FLAG, DEVICES  # isort: skip
 
-if "jax" not in sys.modules and "xla_force_host_platform_device_count" not in os.environ.get(
-    "XLA_FLAGS", ""
-):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
+AXIS = "replica"
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -63,6 +58,7 @@ from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from . import quality  # noqa: E402
+from .harness import machine_facts  # noqa: E402
 from .report import write_result  # noqa: E402
 
 FULL = {**quality.FULL}  # 600 steps of a global batch of 32 windows: 4 per replica
@@ -505,15 +501,7 @@ def run(
         "left_out": missing,
         "rows": rows,
         "wall_s": time.perf_counter() - t0,
-        "machine": {
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            "processor": platform.processor() or platform.machine(),
-            "cpus": os.cpu_count(),
-            "jax": jax.__version__,
-            "backend": jax.default_backend(),
-            "devices": jax.device_count(),
-            "python": platform.python_version(),
-        },
+        "machine": machine_facts(),
     }
     result["targets"] = targets(result)
     return result
