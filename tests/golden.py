@@ -6,10 +6,17 @@ that says "nothing changes for users" must reproduce it: `test_generic`'s
 `test_trajectory_reproduces_the_golden_record` compares every step's updates and state byte for
 byte, and on a difference names the step, the leaf and its distance in units in the last place.
 
-Bits depend on the compiler: the record is exact for the jax / jaxlib versions, XLA:CPU emitter
-and processor architecture it was made with (its `fingerprint`, as the main lane of
+Bits depend on the compiler and the processor: the record is exact for the jax / jaxlib versions,
+XLA:CPU emitter, processor architecture and processor vendor it was made with (its
+`fingerprint`, as the main lane of
 `python -m tests.lanes` runs). Under another fingerprint (a version lane, a plain `pytest` without
 the lane's emitter flag) the comparison is to float32 rounding instead (`LOOSE_RTOL`), and says so.
+The vendor matters because XLA:CPU computes `rsqrt` (which its simplifier makes of `x / sqrt(y)`)
+from the processor's reciprocal square-root estimate and a Newton step, and Intel's and AMD's
+estimates differ: on an AMD EPYC the Adagrad / RMSprop cases land 1-2 ulp from a record made on
+Intel. The record was made before the vendor joined the fingerprint, on the Intel machines where
+it reproduced bit for bit for every stop until an AMD machine showed the difference; its
+fingerprint names GenuineIntel.
 
 The codec record (`CODECS`) does the same for the moment rules' storage options, which the
 table runs only in float32 and bf16: 8-bit buffers packed and per leaf, and bf16 params, each
@@ -56,7 +63,20 @@ def fingerprint() -> dict[str, Any]:
         "jaxlib": jaxlib.__version__,
         "classic_emitter": EMITTER_FLAG in os.environ.get("XLA_FLAGS", ""),
         "machine": platform.machine(),
+        "cpu_vendor": cpu_vendor(),
     }
+
+
+def cpu_vendor() -> str:
+    """The processor's vendor (`GenuineIntel`, `AuthenticAMD`, ...) from /proc/cpuinfo, else
+    what `platform.processor()` says."""
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("vendor_id"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
 
 
 def _leaves(tree: Any) -> list[tuple[str, np.ndarray]]:
