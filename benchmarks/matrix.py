@@ -20,6 +20,14 @@ mesh their sharded steps (QR / eigh with collectives around them, 8 devices on 2
 finish within 100 s at 512 x 512 (`tests/distributed/test_matrix_collectives.py` runs Dion on
 small matrices).
 
+The refresh cost, on one device: SOAP, Shampoo and Kron recompute their preconditioners every
+few steps (a refresh branch under `lax.cond` / `lax.switch`), so the same compiled update is
+timed at a state whose next step refreshes and at one whose next step does not (their factors
+filled by one step of the benchmark's gradients first), interleaved, the median of each; the
+refresh cost is the difference. Shampoo with each `inverse_root` ("eigh", "newton"), SOAP's
+refresh (one power step + QR) and its first step (the full eigendecomposition it starts from),
+Kron at refit probability 1 against 0 (a schedule of the step count).
+
 And the Newton-Schulz coefficients: the orthogonality error `||U U^T - I||_2` after k iterations
 of the standard and the Polar Express rows on Gaussian (512, 128) matrices, and the step time
 of Muon with each on one device.
@@ -152,8 +160,70 @@ def measure(quick: bool = False, rounds: int | None = None) -> dict[str, Any]:
         "param_bytes": param_bytes,
         "rounds": rounds,
         "rows": rows,
+        "refresh": refresh_costs(quick, rounds),
         "orthogonality": orthogonality(quick),
     }
+
+
+def refresh_variants() -> dict[str, tuple[Any, int, int]]:
+    """name -> (transformation, state count whose next step refreshes, one whose does not)."""
+    import jax.numpy as jnp
+
+    import gradtx
+
+    C = gradtx.contrib
+    sdims = {"w": C.ShampooDimensionNumbers(), "stack": C.ShampooDimensionNumbers(1, 2)}
+    odims = {"w": C.SoapDimensionNumbers(), "stack": C.SoapDimensionNumbers(1, 2)}
+    soap = C.scale_by_soap(weight_dimension_numbers=odims, precondition_frequency=10)
+    # refresh at the steps t = 10 + 10 k: the state count before such a step is 9 + 10 k
+    shampoo = {
+        m: C.scale_by_shampoo(weight_dimension_numbers=sdims, inverse_root=m)
+        for m in ("eigh", "newton")
+    }
+    kron = C.scale_by_kron(
+        preconditioner_update_probability=lambda c: jnp.where(c < 100, 1.0, 0.0),
+        batch_axes={"w": (), "stack": (0,)},
+    )
+    return {
+        "shampoo (eigh)": (shampoo["eigh"], 19, 20),
+        "shampoo (newton)": (shampoo["newton"], 19, 20),
+        "soap (power + QR)": (soap, 20, 21),  # refreshes at count % 10 == 1 after the step
+        "soap (first step: eigh)": (soap, 0, 21),
+        "kron (refit)": (kron, 1, 101),
+    }
+
+
+def refresh_costs(quick: bool, rounds: int) -> dict[str, Any]:
+    """Each variant's ordinary and refresh step on one device, interleaved, medians (s)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    shapes = QUICK_SHAPES if quick else SHAPES
+    rng = np.random.default_rng(2)
+    grads = {k: jnp.asarray(rng.normal(size=s).astype(np.float32)) for k, s in shapes.items()}
+    rows = []
+    for name, (tx, refresh_count, plain_count) in refresh_variants().items():
+        step = jax.jit(tx.update)
+        _, filled = step(grads, tx.init(grads))  # factors of one step's gradients
+        states = {
+            "refresh": filled._replace(count=jnp.int32(refresh_count)),
+            "plain": filled._replace(count=jnp.int32(plain_count)),
+        }
+        times: dict[str, list[float]] = {"refresh": [], "plain": []}
+        for state in states.values():  # compiled once, warmed on both branches
+            jax.block_until_ready(step(grads, state))
+        for _ in range(rounds):
+            for kind, state in states.items():
+                start = time.perf_counter()
+                jax.block_until_ready(step(grads, state))
+                times[kind].append(time.perf_counter() - start)
+        plain, refresh = (float(np.median(times[k])) for k in ("plain", "refresh"))
+        rows.append(
+            {"name": name, "plain_s": plain, "refresh_s": refresh, "cost_s": refresh - plain}
+        )
+        print(f"{name}: refresh {1e3 * refresh:.1f} ms, ordinary {1e3 * plain:.1f} ms", flush=True)
+    return {"shapes": {k: list(v) for k, v in shapes.items()}, "rounds": rounds, "rows": rows}
 
 
 def orthogonality(quick: bool) -> dict[str, Any]:
@@ -203,6 +273,34 @@ def markdown(res: dict[str, Any]) -> str:
             f"{ms(r['sharded_s'], r['sharded_vs_adamw'])} | "
             f"{ms(r['single_s'], r['single_vs_adamw'])} |"
         )
+    ref = res["refresh"]
+    costs = {r["name"]: r["cost_s"] for r in ref["rows"]}
+    lines += [
+        "",
+        "Refresh cost on one device (params "
+        + ", ".join(f"{k} {tuple(v)}" for k, v in ref["shapes"].items())
+        + f"; the same compiled update at a refresh step and an ordinary one, interleaved, "
+        f"median of {ref['rounds']}):",
+        "",
+        "| optimizer (refresh) | ordinary step (ms) | refresh step (ms) | refresh cost (ms) |",
+        "|---|---:|---:|---:|",
+    ]
+    for r in ref["rows"]:
+        lines.append(
+            f"| {r['name']} | {1e3 * r['plain_s']:.1f} | {1e3 * r['refresh_s']:.1f} | "
+            f"{1e3 * r['cost_s']:.1f} |"
+        )
+    pairs = [
+        ("shampoo (eigh)", "shampoo (newton)"),
+        ("soap (first step: eigh)", "soap (power + QR)"),
+    ]
+    ratios = [
+        f"{new}: {costs[old] / costs[new]:.1f}x cheaper than {old}"
+        for old, new in pairs
+        if costs.get(new, 0) > 0 and old in costs
+    ]
+    if ratios:
+        lines += ["", "; ".join(ratios) + "."]
     o = res["orthogonality"]
     lines += [
         "",

@@ -219,6 +219,10 @@ def optimizers() -> dict[str, tuple[Callable[[Any], Any], tuple[float, ...]]]:
         ),
         "soap": (lambda lr: contrib.soap(lr, weight_decay=0.01), (1e-3, 3e-3, 1e-2)),
         "shampoo": (lambda lr: contrib.shampoo(lr, weight_decay=0.01), (1e-3, 3e-3, 1e-2)),
+        "shampoo-newton": (
+            lambda lr: contrib.shampoo(lr, weight_decay=0.01, inverse_root="newton"),
+            (1e-3, 3e-3, 1e-2),
+        ),
         "kron": (lambda lr: contrib.kron(lr, weight_decay=0.01), (3e-4, 1e-3, 3e-3)),
         "mars": (lambda lr: contrib.mars(lr, weight_decay=0.01), (1e-3, 3e-3, 1e-2)),
         "c-adamw": (
@@ -350,15 +354,29 @@ def refit_costs(
     }
 
 
-def run(quick: bool, names: list[str] | None, log: Callable[[str], None]) -> dict[str, Any]:
-    cfg = QUICK if quick else FULL
+def run(
+    quick: bool,
+    names: list[str] | None,
+    log: Callable[[str], None],
+    steps: int | None = None,
+    seed: int = 0,
+    learning_rates: tuple[float, ...] | None = None,
+) -> dict[str, Any]:
+    """The benchmark; `steps` replaces the configuration's step count, `seed` != 0 draws other
+    initial params, training text and batches (the held-out text stays), and `learning_rates`
+    replaces every optimizer's sweep."""
+    cfg = dict(QUICK if quick else FULL)
+    if steps is not None:
+        cfg["steps"] = steps
     alphabet = _alphabet()
     n_train = cfg["steps"] * cfg["batch"] * (cfg["context"] + 1) * 2
-    train_text = corpus(max(n_train, 20_000), seed=1)
+    train_text = corpus(max(n_train, 20_000), seed=1 + 10 * seed)
     eval_text = corpus(20_000, seed=2)
-    train_batches = _batches(train_text, alphabet, cfg["steps"], cfg["batch"], cfg["context"], 3)
+    train_batches = _batches(
+        train_text, alphabet, cfg["steps"], cfg["batch"], cfg["context"], 3 + 10 * seed
+    )
     eval_batches = _batches(eval_text, alphabet, EVAL_BATCHES, cfg["batch"], cfg["context"], 4)
-    params = init_params(cfg, len(alphabet))
+    params = init_params(cfg, len(alphabet), seed=seed)
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
     table = optimizers()
     unknown = sorted(set(names or ()) - set(table))
@@ -374,7 +392,9 @@ def run(quick: bool, names: list[str] | None, log: Callable[[str], None]) -> dic
     runs: dict[str, list[dict[str, Any]]] = {}
     for name in chosen:
         make, rates = table[name]
-        if quick:
+        if learning_rates is not None:
+            rates = learning_rates
+        elif quick:
             rates = rates[1:2]
         for lr in rates:
             tx = make(_schedule(lr, cfg["steps"]))

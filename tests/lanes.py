@@ -112,6 +112,7 @@ VERSION_SUBSET: dict[str, tuple[str, ...]] = {
     "tests/contrib/test_laprop.py": ("test_against_pytorch_optimizer",),
     "tests/contrib/test_madgrad.py": ("test_plain_against_optax",),
     "tests/contrib/test_mars.py": ("test_matches_pytorch_optimizer",),
+    "tests/contrib/test_matrix_axes.py": ("test_moe_experts_are_a_batch_axis",),
     "tests/contrib/test_mechanic.py": ("test_matches_optax",),
     "tests/contrib/test_momo.py": ("test_momo_against_optax",),
     "tests/contrib/test_muon.py": ("test_matches_optax",),

@@ -41,6 +41,7 @@ from ._complex import SplitRealAndImaginaryState as SplitRealAndImaginaryState
 from ._complex import split_real_and_imaginary as split_real_and_imaginary
 from ._dadapt import DAdaptAdamWState as DAdaptAdamWState
 from ._dadapt import dadapt_adamw as dadapt_adamw
+from ._dimension_numbers import explain_matrix_axes as explain_matrix_axes
 from ._dion import DionDimensionNumbers as DionDimensionNumbers
 from ._dion import ScaleByDionState as ScaleByDionState
 from ._dion import dion as dion
@@ -71,6 +72,9 @@ from ._madgrad import scale_by_madgrad as scale_by_madgrad
 from ._mars import ScaleByMarsState as ScaleByMarsState
 from ._mars import mars as mars
 from ._mars import scale_by_mars as scale_by_mars
+from ._matrix_axes import STACK_AXIS_NAMES as STACK_AXIS_NAMES
+from ._matrix_axes import MatrixAxes as MatrixAxes
+from ._matrix_axes import infer_matrix_axes as infer_matrix_axes
 from ._mechanic import MechanicState as MechanicState
 from ._mechanic import mechanize as mechanize
 from ._momo import MomoAdamState as MomoAdamState
@@ -119,6 +123,7 @@ from ._sophia import sophia as sophia
 
 __all__ = [
     "SCION_NORMS",
+    "STACK_AXIS_NAMES",
     "COCOBState",
     "CautiousState",
     "DAdaptAdamWState",
@@ -130,6 +135,7 @@ __all__ = [
     "GaLoreState",
     "HutchinsonState",
     "MadgradState",
+    "MatrixAxes",
     "MechanicState",
     "MomoAdamState",
     "MomoState",
@@ -174,9 +180,11 @@ __all__ = [
     "dog",
     "dowg",
     "dpsgd",
+    "explain_matrix_axes",
     "fira",
     "galore",
     "hutchinson_estimator_diag_hessian",
+    "infer_matrix_axes",
     "kron",
     "laprop",
     "madgrad",

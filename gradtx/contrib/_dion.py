@@ -32,9 +32,9 @@ from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
 from ..wrappers._partition import multi_transform
 from ._dimension_numbers import (
+    alias_axes,
     is_dimension_numbers,
     matrix_axes,
-    matrix_labels,
     per_leaf_dimension_numbers,
     untranspose,
 )
@@ -406,11 +406,11 @@ def dion(
         adam_learning_rate = learning_rate
     spec: DimensionNumbersOrFn = weight_dimension_numbers
 
-    labels = matrix_labels(who, spec, "dion")
-
-    # Inside the "dion" branch the AdamW leaves are pruned, so one DionDimensionNumbers (or the
-    # user's tree or function) covers exactly the Dion leaves.
-    branch_spec = DionDimensionNumbers() if spec is None else spec
+    # The labels decide each leaf once (inferred without a spec); inside the "dion" branch the
+    # AdamW leaves are pruned, and the branch reads those decisions (or the user's spec).
+    axes = alias_axes(who, spec)
+    labels = axes.labels("dion")
+    branch_spec = axes.branch_spec
     return multi_transform(
         {
             "dion": chain(

@@ -34,8 +34,8 @@ from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
 from ..wrappers._partition import multi_transform
 from ._dimension_numbers import (
+    alias_axes,
     matrix_axes,
-    matrix_labels,
     per_leaf_dimension_numbers,
     untranspose,
 )
@@ -518,11 +518,11 @@ def muon(
     if isinstance(ns_coeffs, str):  # a preset: its table is read by `_coefficient_table`
         check_one_of(who, "ns_coeffs", ns_coeffs, list(_NS_COEFFS_PRESETS))
 
-    labels = matrix_labels(who, spec, "muon")
-
-    # Inside the "muon" branch the AdamW leaves are pruned (None), so one MuonDimensionNumbers
-    # (or the user's tree or function) covers exactly the Muon leaves.
-    branch_spec = MuonDimensionNumbers() if spec is None else spec
+    # The labels decide each leaf once (inferred without a spec); inside the "muon" branch the
+    # AdamW leaves are pruned, and the branch reads those decisions (or the user's spec).
+    axes = alias_axes(who, spec)
+    labels = axes.labels("muon")
+    branch_spec = axes.branch_spec
     return multi_transform(
         {
             "muon": chain(

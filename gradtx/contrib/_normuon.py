@@ -32,14 +32,13 @@ from ..transforms._building_blocks import (
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
 from ..wrappers._partition import multi_transform
-from ._dimension_numbers import matrix_labels, per_leaf_dimension_numbers, untranspose
+from ._dimension_numbers import alias_axes, per_leaf_dimension_numbers, untranspose
 from ._fallback import adamw_fallback
 from ._muon import (  # read-only: Muon's orthogonalisation
     _DEFAULT_NS_COEFFS,
     _NS_COEFFS_PRESETS,
     _PRECONDITIONINGS,
     DimensionNumbersOrFn,
-    MuonDimensionNumbers,
     _coefficient_table,
     _matrix_axes,
     _orthogonalize,
@@ -368,8 +367,8 @@ def normuon(
     if isinstance(ns_coeffs, str):  # a preset: its table is read by `_coefficient_table`
         check_one_of(who, "ns_coeffs", ns_coeffs, list(_NS_COEFFS_PRESETS))
     check_one_of(who, "update_scale", update_scale, UPDATE_SCALES)
-    spec = weight_dimension_numbers
-    branch_spec = MuonDimensionNumbers() if spec is None else spec
+    axes = alias_axes(who, weight_dimension_numbers)  # decides each leaf once, in the labels
+    branch_spec = axes.branch_spec
     shape_scale = (
         scale_by_shape(branch_spec, consistent_rms)
         if update_scale == "preserve_norm"
@@ -408,7 +407,7 @@ def normuon(
                 nesterov=False,  # the reference's AdamW (pytorch_optimizer.NorMuon)
             ),
         },
-        matrix_labels(who, spec, "normuon"),
+        axes.labels("normuon"),
     )
 
 

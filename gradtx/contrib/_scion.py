@@ -34,7 +34,7 @@ from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
 from ..tree import broadcast_prefix
 from ..wrappers._partition import multi_transform
-from ._dimension_numbers import per_leaf_dimension_numbers
+from ._dimension_numbers import AliasAxes, alias_axes, per_leaf_dimension_numbers
 from ._fallback import adamw_fallback
 from ._muon import _DEFAULT_NS_COEFFS, DimensionNumbersOrFn, _coefficient_table, _orthogonalize
 from ._normuon import _TINY, from_matrices, matrix_view, to_matrices, unit_peak
@@ -252,19 +252,23 @@ def scale_by_scion(
 # --------------------------------------------------------------------------------------------
 
 
-def _labels(who: str, norm: Any, dims_spec: DimensionNumbersOrFn) -> Callable[[Any], Any]:
-    """The alias's rule: AdamW for the leaves whose norm is "adamw", and for those of rank > 2
-    with norm "auto" and no dimension numbers (as `muon`); Scion for the others."""
+def _labels(who: str, norm: Any, axes: AliasAxes) -> Callable[[Any], Any]:
+    """The alias's rule: AdamW for the leaves whose norm is "adamw", and for those of rank >= 2
+    with norm "auto" that are not matrices (no dimension numbers given or inferred, as
+    `muon`); Scion for the others."""
 
     def labels(params):
         treedef = jax.tree.structure(params)
         leaves = treedef.flatten_up_to(params)
         names = per_leaf_values(who, norm, params, "the norms")
-        dims = per_leaf_dimension_numbers(who, dims_spec, params)
+        # a leaf with a norm of its own needs no matrix axes here (no ambiguity error)
+        dims = axes.per_leaf(params, needed=[n == "auto" for n in names])
+        # inferred, every matrix has dimension numbers: a 2-D leaf without is a stack of vectors
+        lowest = 2 if axes.inferring else 3
         return treedef.unflatten(
             [
                 "adam"
-                if n == "adamw" or (n == "auto" and len(np.shape(x)) > 2 and d is None)
+                if n == "adamw" or (n == "auto" and len(np.shape(x)) >= lowest and d is None)
                 else "scion"
                 for x, n, d in zip(leaves, names, dims, strict=True)
             ]
@@ -386,6 +390,7 @@ def scion(
     if not callable(norm):
         for n in jax.tree.leaves(norm):
             check_one_of(who, "norm", n, (*SCION_NORMS, "adamw"))
+    axes = alias_axes(who, weight_dimension_numbers)  # decides each leaf once, in the labels
     return multi_transform(
         {
             "scion": chain(
@@ -400,7 +405,7 @@ def scion(
                     step_size=step_size,
                     gluon_l0=gluon_l0,
                     gluon_l1=gluon_l1,
-                    weight_dimension_numbers=weight_dimension_numbers,
+                    weight_dimension_numbers=axes.branch_spec,
                 ),
                 weight_decay_tx(1.0 if constraint else weight_decay, weight_decay_mask),
                 scale_by_learning_rate(learning_rate),
@@ -417,7 +422,7 @@ def scion(
                 nesterov=False,  # the reference's AdamW (pytorch_optimizer.SCION)
             ),
         },
-        _labels(who, norm, weight_dimension_numbers),
+        _labels(who, norm, axes),
     )
 
 

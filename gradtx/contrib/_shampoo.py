@@ -35,8 +35,11 @@ from ..transforms._building_blocks import (
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
 from ._dimension_numbers import matrix_axes, per_leaf_dimension_numbers, untranspose
+from ._matrix_axes import MatrixAxes
+from ._newton_root import newton_inverse_root
 
 GRAFT_TYPES = ("adam", "rmsprop", "adagrad", "sgd", "none")
+INVERSE_ROOTS = ("eigh", "newton")
 
 
 class ShampooDimensionNumbers(NamedTuple):
@@ -149,12 +152,20 @@ def _compute_dtype(dtype: Any) -> Any:
     return jnp.promote_types(dtype, jnp.float32)
 
 
-def _inverse_root(stat: jax.Array, old: jax.Array, matrix_eps: ArrayLike) -> jax.Array:
-    r"""`(S + eps I)^{-1/4}` of each matrix of a stack, by a symmetric eigendecomposition in
-    float32: eigenvalues clamped at 0 (rounding), then `+ eps`; an eigenvalue that is still 0
-    (eps = 0) gives 0 (the pseudo-inverse root). A block whose root is not finite (its factor
-    overflowed) keeps its previous root, as Distributed Shampoo does on a failed root."""
+def _inverse_root(
+    stat: jax.Array, old: jax.Array, matrix_eps: ArrayLike, method: str = "eigh"
+) -> jax.Array:
+    r"""`(S + eps I)^{-1/4}` of each matrix of a stack, in float32 (or wider). "eigh": by a
+    symmetric eigendecomposition: eigenvalues clamped at 0 (rounding), then `+ eps`; an
+    eigenvalue that is still 0 (eps = 0) gives 0 (the pseudo-inverse root). "newton": by
+    `newton_inverse_root`. A block whose root is not finite (its factor overflowed), or whose
+    Newton iteration did not converge, keeps its previous root, as Distributed Shampoo does on
+    a failed root."""
     s = stat.astype(_compute_dtype(stat.dtype))
+    if method == "newton":
+        root, ok = newton_inverse_root(s, matrix_eps)
+        ok = ok & jnp.all(jnp.isfinite(root), axis=(-2, -1), keepdims=True)
+        return jnp.where(ok, root, old.astype(root.dtype)).astype(old.dtype)
     s = 0.5 * (s + _mT(s))
     w, v = jnp.linalg.eigh(s)
     w = jnp.maximum(w, 0.0) + jnp.asarray(matrix_eps, s.dtype)
@@ -206,6 +217,7 @@ def scale_by_shampoo(
     preconditioner_dtype: DType = jnp.float32,
     nu_dtype: MomentDType | None = None,
     weight_dimension_numbers: DimensionNumbersOrFn = None,
+    inverse_root: str = "eigh",
 ) -> GradientTransformation:
     r"""Precondition each matrix (block) by Shampoo's Kronecker factors, with the step size of a
     grafted diagonal method.
@@ -227,11 +239,28 @@ def scale_by_shampoo(
     :math:`\hat m_t / (\sqrt{v_t} + \epsilon)`, "adagrad" the same with :math:`v_t = \sum g^2`,
     "sgd" :math:`\hat m_t`, with :math:`v_t = \beta_g v_{t-1} + (1-\beta_g) g_t^2`; "none"
     gives :math:`u_t = P_t` (Gupta et al.'s un-grafted rule). The inverse roots are recomputed
-    (symmetric eigendecomposition in float32, negative rounding eigenvalues clamped to 0) at the
-    steps :math:`t = t_0 + k \cdot` `precondition_frequency` under `jax.lax.cond`, and kept in
-    the state between, so the first preconditioned step always has fresh roots; the factors are
-    updated at every step (before :math:`t_0` too). A block whose root is not finite keeps its
-    previous root (the initial ones are identities).
+    at the steps :math:`t = t_0 + k \cdot` `precondition_frequency` under `jax.lax.cond`, and
+    kept in the state between, so the first preconditioned step always has fresh roots; the
+    factors are updated at every step (before :math:`t_0` too). A block whose root is not
+    finite (or, with "newton", did not converge) keeps its previous root (the initial ones are
+    identities).
+
+    The roots, `inverse_root`: "eigh" (default) a symmetric eigendecomposition in float32,
+    negative rounding eigenvalues clamped to 0, then :math:`+ \epsilon_M`, an eigenvalue still
+    0 giving 0 (the pseudo-inverse root); "newton" the coupled Newton iteration of Guo & Higham
+    (matrix products only) with a scalar acceleration from bounds on the spectrum, in float32,
+    until :math:`\lVert X^4 (L + \epsilon I) - I \rVert_\infty < \max(10^{-5}, n
+    \varepsilon / 4)` in every block of the leaf (at most 20 iterations, about 10 at condition
+    number :math:`10^6`; 4 matrix products each); a residual above :math:`10^{-2}` after the
+    last counts as a failed root. Its shift is :math:`\epsilon = \max(\epsilon_M, \varepsilon
+    \min(\lVert L \rVert_F, \lVert L \rVert_\infty))` (:math:`\varepsilon` float32's
+    machine epsilon): eigh's unless :math:`\epsilon_M` is below float32's resolution of the
+    spectrum; with `matrix_eps=0` a singular factor's null space gets the large finite root of
+    that floor where eigh's pseudo-inverse gives 0 (a zero factor still gives 0). Its roots
+    agree with a float64 eigendecomposition as closely as float32 eigh's do (~1e-6 relative on
+    well-conditioned factors, ~1e-2 at condition number :math:`10^6`). The iteration is in
+    `gradtx/contrib/_newton_root.py`; what each method costs is in benchmarks/README.md
+    (`--matrix`).
 
     Blocks: the matrix (rows: `reduction_axis`, columns: `output_axis` of the dimension
     numbers) is cut into blocks of at most `block_size` x `block_size`, each with its own
@@ -252,8 +281,9 @@ def scale_by_shampoo(
     `trace(momentum, nesterov)` after this for the reference's form. It treats a rank-k tensor
     as k factors (exponent :math:`-1/2k`); here a leaf is a matrix plus batch axes. Its
     `shape_interpretation=True` default merges an (8, 6) matrix into one dimension (no
-    preconditioning at all). Its inverse root is a coupled Newton iteration unless
-    `use_svd=True` (SVD, the same as this eigendecomposition for these symmetric matrices).
+    preconditioning at all). Its inverse root is a coupled Newton iteration (Frobenius-norm
+    scaling, no acceleration) unless `use_svd=True` (SVD, the same as the eigendecomposition for
+    these symmetric matrices).
 
     Numbers: the factors hold squares of the gradients, so in float32 they overflow for
     :math:`|g| \gtrsim 10^{18}` (then the previous roots are kept) and lose the gradient below
@@ -280,6 +310,8 @@ def scale_by_shampoo(
         plain matrix; a leaf of rank > 2 raises), one `ShampooDimensionNumbers` for every leaf
         of rank >= 2, a tree (or prefix) of them and Nones (None: the default rule), or a
         callable of the params returning one of those.
+      inverse_root: how the roots are computed, "eigh" (default) or "newton" (see above); the
+        state is the same with either.
 
     Returns:
       A `GradientTransformation` with state `ScaleByShampooState(count, mu, nu, factors,
@@ -299,6 +331,7 @@ def scale_by_shampoo(
     check_int(who, "precondition_frequency", precondition_frequency, minimum=1)
     check_int(who, "start_preconditioning_step", start_preconditioning_step, minimum=1)
     check_one_of(who, "graft_type", graft_type, GRAFT_TYPES)
+    check_one_of(who, "inverse_root", inverse_root, INVERSE_ROOTS)
     check_moment_dtype(who, "mu_dtype", mu_dtype)
     check_moment_dtype(who, "nu_dtype", nu_dtype)
     check_float_dtype(who, "preconditioner_dtype", preconditioner_dtype)
@@ -324,8 +357,14 @@ def scale_by_shampoo(
     def plans(tree) -> tuple[Any, list[_Plan | None]]:
         leaves, treedef = jax.tree.flatten(tree)
         dims = per_leaf_dimension_numbers(who, spec, tree)
+        # inferred, a 2-D leaf without dimension numbers is a stack of vectors: graft only (a
+        # larger one is reported by `_plan`)
+        inferred = spec is None or isinstance(spec, MatrixAxes)
         return treedef, [
-            _plan(who, tuple(np.shape(x)), d, block_size) for x, d in zip(leaves, dims, strict=True)
+            None
+            if inferred and d is None and np.ndim(x) == 2
+            else _plan(who, tuple(np.shape(x)), d, block_size)
+            for x, d in zip(leaves, dims, strict=True)
         ]
 
     def init(params):
@@ -396,7 +435,9 @@ def scale_by_shampoo(
         refresh = active & ((count - start_preconditioning_step) % precondition_frequency == 0)
         roots = cond(
             refresh,
-            lambda fs, rs: jax.tree.map(lambda s, r: _inverse_root(s, r, matrix_eps), fs, rs),
+            lambda fs, rs: jax.tree.map(
+                lambda s, r: _inverse_root(s, r, matrix_eps, inverse_root), fs, rs
+            ),
             lambda fs, rs: rs,
             factors,
             old_roots,
@@ -438,6 +479,7 @@ def shampoo(
     preconditioner_dtype: DType = jnp.float32,
     nu_dtype: MomentDType | None = None,
     weight_dimension_numbers: DimensionNumbersOrFn = None,
+    inverse_root: str = "eigh",
 ) -> GradientTransformation:
     r"""Shampoo (blocked, grafted, as Distributed Shampoo) with decoupled weight decay.
 
@@ -470,6 +512,7 @@ def shampoo(
       preconditioner_dtype: storage dtype of the factors and roots (float32 or bfloat16).
       nu_dtype: dtype of the graft's second moment, or a quantized spec.
       weight_dimension_numbers: the matrix axes of each leaf, see `scale_by_shampoo`.
+      inverse_root: "eigh" (default) or "newton", the roots' method, see `scale_by_shampoo`.
 
     Returns:
       A `GradientTransformation`; its state is a chain of `ScaleByShampooState`, the decay's
@@ -502,6 +545,7 @@ def shampoo(
             preconditioner_dtype=preconditioner_dtype,
             nu_dtype=nu_dtype,
             weight_dimension_numbers=weight_dimension_numbers,
+            inverse_root=inverse_root,
         ),
         weight_decay_tx(weight_decay, mask),
         scale_by_learning_rate(learning_rate),

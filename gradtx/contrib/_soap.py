@@ -35,7 +35,13 @@ from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
 from ..tree import assert_same_structure
 from ..wrappers._partition import multi_transform
-from ._dimension_numbers import matrix_axes, per_leaf_dimension_numbers, untranspose
+from ._dimension_numbers import (
+    AliasAxes,
+    alias_axes,
+    matrix_axes,
+    per_leaf_dimension_numbers,
+    untranspose,
+)
 
 
 class SoapDimensionNumbers(NamedTuple):
@@ -455,21 +461,19 @@ def scale_by_soap(
 # --------------------------------------------------------------------------------------------
 
 
-def _soap_labels(who: str, spec: DimensionNumbersOrFn, precondition_1d: bool) -> Callable:
-    """The 1-D rule: "soap" for the matrices (2-D leaves, or those with dimension numbers) and,
-    with `precondition_1d`, the vectors; "adam" for the rest."""
+def _soap_labels(axes: AliasAxes, precondition_1d: bool) -> Callable:
+    """The 1-D rule: "soap" for the matrices (the leaves with dimension numbers, given or
+    inferred) and, with `precondition_1d`, the vectors; "adam" for the rest."""
 
     def labels(params):
         leaves, treedef = jax.tree.flatten(params)
-        dims = (
-            [None] * len(leaves) if spec is None else per_leaf_dimension_numbers(who, spec, params)
-        )
+        dims = axes.per_leaf(params)
 
         def label(x, d):
             rank = len(np.shape(x))
             if rank == 1:
                 return "soap" if precondition_1d else "adam"
-            if rank >= 2 and (d is not None or (spec is None and rank == 2)):
+            if rank >= 2 and d is not None:
                 return "soap"
             return "adam"
 
@@ -560,8 +564,8 @@ def soap(
     who = "soap"
     check_non_negative(who, "learning_rate", learning_rate, finite=True)
     check_non_negative(who, "weight_decay", weight_decay, finite=True)
-    spec = weight_dimension_numbers
-    labels = _soap_labels(who, spec, precondition_1d)
+    axes = alias_axes(who, weight_dimension_numbers)  # decides each leaf once, in the labels
+    labels = _soap_labels(axes, precondition_1d)
     return chain(
         multi_transform(
             {
@@ -578,7 +582,7 @@ def soap(
                     normalize_gradient=normalize_gradient,
                     preconditioner_dtype=preconditioner_dtype,
                     nu_dtype=nu_dtype,
-                    weight_dimension_numbers=spec,
+                    weight_dimension_numbers=axes.branch_spec,
                 ),
                 "adam": scale_by_adam(b1, b2, eps, mu_dtype=mu_dtype, nu_dtype=nu_dtype),
             },

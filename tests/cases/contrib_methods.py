@@ -15,6 +15,7 @@ import gradtx
 from gradtx import contrib
 
 from ..optimizer_table import OptCase
+from .matrix_methods import UNNAMED_TO_FALLBACK
 
 
 def _cautious_adam(learning_rate, b1=0.9, b2=0.999) -> gradtx.GradientTransformation:
@@ -61,7 +62,10 @@ CASES = [
         "muon",
         contrib.muon,
         # Orthogonalised steps do not shrink near the minimum: a decaying learning rate.
-        {"learning_rate": lambda t: 0.1 / (1.0 + 0.05 * t)},
+        {
+            "learning_rate": lambda t: 0.1 / (1.0 + 0.05 * t),
+            "muon_weight_dimension_numbers": UNNAMED_TO_FALLBACK,
+        },
         # Rosenbrock's single 1-D leaf goes to Muon's AdamW half.
         rosenbrock_kwargs={"learning_rate": 3e-3},
         # Newton-Schulz multiplies the rounding of small singular values by up to ~3.4 per

@@ -10,15 +10,20 @@ fallback); the quadratic's matrices get the matrix rule.
 import jax.numpy as jnp
 
 from gradtx import contrib
-from gradtx.contrib import ShampooDimensionNumbers
+from gradtx.contrib import ShampooDimensionNumbers, infer_matrix_axes
 
 from ..optimizer_table import OptCase
+
+# mixed_params' (2, 2, 2) leaf has no axis or path names that say which of its axes form a
+# matrix, so the matrix methods refuse to guess; it goes to their AdamW half (or SOAP's Adam).
+# The table also runs trees without it (the quadratic, Rosenbrock): `strict=False`.
+UNNAMED_TO_FALLBACK = infer_matrix_axes({"pair/b/1": None}, strict=False)
 
 CASES = [
     OptCase(
         "soap",
         contrib.soap,
-        {"learning_rate": 0.05},
+        {"learning_rate": 0.05, "weight_dimension_numbers": UNNAMED_TO_FALLBACK},
         rosenbrock_kwargs={"learning_rate": 3e-3},
         # The bases come from eigh: an eigenvector's rounding error is the factor's divided by
         # the eigenvalue gap, so a sharded run's (another summation order) varies more than
@@ -29,7 +34,10 @@ CASES = [
         "dion",
         contrib.dion,
         # Orthonormal steps do not shrink near the minimum: a decaying learning rate.
-        {"learning_rate": lambda t: 0.1 / (1.0 + 0.05 * t)},
+        {
+            "learning_rate": lambda t: 0.1 / (1.0 + 0.05 * t),
+            "weight_dimension_numbers": UNNAMED_TO_FALLBACK,
+        },
         rosenbrock_kwargs={"learning_rate": 3e-3},
     ),
     OptCase(
@@ -68,7 +76,10 @@ CASES = [
         "normuon",
         contrib.normuon,
         # Rescaled orthogonal steps (RMS 0.2) do not shrink near the minimum: a decaying rate.
-        {"learning_rate": lambda t: 0.1 / (1.0 + 0.01 * t)},
+        {
+            "learning_rate": lambda t: 0.1 / (1.0 + 0.01 * t),
+            "weight_dimension_numbers": UNNAMED_TO_FALLBACK,
+        },
         # Rosenbrock's single 1-D leaf goes to NorMuon's AdamW half.
         rosenbrock_kwargs={"learning_rate": 3e-3},
     ),
@@ -79,6 +90,7 @@ CASES = [
             "learning_rate": lambda t: 0.1 / (1.0 + 0.01 * t),
             "update_scale": "preserve_norm",
             "preconditioner_dtype": jnp.bfloat16,
+            "weight_dimension_numbers": UNNAMED_TO_FALLBACK,
         },
         rosenbrock_kwargs={"learning_rate": 3e-3},
     ),
@@ -87,14 +99,22 @@ CASES = [
         contrib.scion,
         # LMO steps have a fixed length: a decaying learning rate. The (2, 2, 2) leaf goes to
         # AdamW; Rosenbrock's (2,) leaf takes the "bias_rms" LMO (a normalised step).
-        {"learning_rate": lambda t: 0.1 / (1.0 + 0.05 * t)},
+        {
+            "learning_rate": lambda t: 0.1 / (1.0 + 0.05 * t),
+            "weight_dimension_numbers": UNNAMED_TO_FALLBACK,
+        },
         # Newton-Schulz amplifies rounding (see muon's case): 7.4x at one entry on jax 0.12.
         float32_noise=8.0,
     ),
     OptCase(
         "scion_gluon",
         contrib.scion,
-        {"learning_rate": lambda t: 0.5 / (1.0 + 0.05 * t), "step_size": "gluon", "gluon_l1": 1.0},
+        {
+            "learning_rate": lambda t: 0.5 / (1.0 + 0.05 * t),
+            "step_size": "gluon",
+            "gluon_l1": 1.0,
+            "weight_dimension_numbers": UNNAMED_TO_FALLBACK,
+        },
         rosenbrock_kwargs={"learning_rate": lambda t: 0.1 / (1.0 + 0.05 * t)},
     ),
 ]

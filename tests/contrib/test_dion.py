@@ -251,10 +251,14 @@ def test_four_dimensional_leaf_with_grouped_axes():
 
 
 def test_alias_routes_leaves_by_dimension_numbers():
-    """Without dimension numbers 2-D leaves go to Dion and 3-D / 1-D ones to AdamW; with a tree
-    of them the 3-D leaf goes to Dion with its batch axis."""
+    """Without dimension numbers 2-D leaves go to Dion, 1-D ones to AdamW, and a 3-D leaf whose
+    names say nothing is an error naming it; routed to the fallback it goes to AdamW; with a
+    tree of dimension numbers it goes to Dion with its batch axis."""
     params = {"w": jnp.ones((4, 3)), "e": jnp.ones((2, 4, 3)), "b": jnp.ones(3)}
-    state = jax.eval_shape(dion(0.1).init, params)
+    with pytest.raises(ValueError, match=r"'e' \(shape \(2, 4, 3\)\).*infer_matrix_axes"):
+        dion(0.1).init(params)
+    fallback = gradtx.contrib.infer_matrix_axes({"e": None})
+    state = jax.eval_shape(dion(0.1, weight_dimension_numbers=fallback).init, params)
     q = _dion_states(state).q
     assert set(jax.tree.leaves(jax.tree.map(jnp.shape, q))) == {3}  # only "w": (3, 3)
     dims = {"w": DionDimensionNumbers(), "e": DionDimensionNumbers(1, 2), "b": None}

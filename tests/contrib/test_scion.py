@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import gradtx
+from gradtx.contrib import infer_matrix_axes
 from gradtx.contrib._muon import MuonDimensionNumbers as MDN
 from gradtx.contrib._scion import ScaleByScionState, scale_by_scion, scion
 
@@ -399,11 +400,14 @@ def test_a_3d_leaf_without_dimension_numbers_names_scion_and_the_fix(make, prefi
         tx.update(g, tx.init(g), g)
 
 
-def test_alias_sends_rank_3_leaves_without_dimension_numbers_to_adamw():
-    """As `muon`: "auto" with no dimension numbers gives a (2, 3, 4) leaf to AdamW; with them it
-    is a stack of two spectral layers."""
+def test_alias_refuses_an_unnamed_rank_3_leaf_and_routes_it_as_told():
+    """With no dimension numbers, a (2, 3, 4) leaf whose names say nothing is an error naming it
+    and the override; routed to the fallback it goes to AdamW; with dimension numbers it is a
+    stack of two spectral layers."""
     params = {"w": jnp.ones((2, 3, 4)), "m": jnp.ones((3, 4)), "b": jnp.ones(4)}
-    state = scion(LR).init(params)
+    with pytest.raises(ValueError, match=r"'w' \(shape \(2, 3, 4\)\).*infer_matrix_axes"):
+        scion(LR).init(params)
+    state = scion(LR, weight_dimension_numbers=infer_matrix_axes({"w": None})).init(params)
     assert sorted(state.inner_states["scion"][0].mu) == ["b", "m", "w"]
     scion_leaves = jax.tree.leaves(state.inner_states["scion"][0].mu)
     assert [x.shape for x in scion_leaves] == [(4,), (3, 4)]

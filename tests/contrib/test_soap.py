@@ -203,9 +203,13 @@ def test_batch_axes_equal_per_slice_runs():
 def test_leaves_of_rank_above_two_need_dimension_numbers():
     with pytest.raises(ValueError, match=r"scale_by_soap: .*\(2, 3, 4\).*SoapDimensionNumbers"):
         scale_by_soap().init({"k": jnp.zeros((2, 3, 4))})
-    # The alias sends them to AdamW unless told which axes form the matrix.
+    # The alias refuses one whose names say nothing (naming it and the override), sends it to
+    # AdamW when told so, and to SOAP when told which axes form the matrix.
     params = {"k": jnp.zeros((2, 3, 4)), "w": jnp.zeros((3, 4))}
-    halves = soap(LR).init(params)[0].inner_states
+    with pytest.raises(ValueError, match=r"'k' \(shape \(2, 3, 4\)\).*infer_matrix_axes"):
+        soap(LR).init(params)
+    fallback = gradtx.contrib.infer_matrix_axes({"k": None})
+    halves = soap(LR, weight_dimension_numbers=fallback).init(params)[0].inner_states
     assert halves["adam"].mu["k"].shape == (2, 3, 4)
     assert [f.shape for f in halves["soap"].factors["w"]] == [(3, 3), (4, 4)]
     dims = {"k": SoapDimensionNumbers(1, 2), "w": SoapDimensionNumbers()}
