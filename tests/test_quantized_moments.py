@@ -246,6 +246,17 @@ def test_sharded_state_steps_on_8_devices():
             r"scale_by_lion: mu_dtype must be a floating",
         ),
         (lambda: gradtx.sgd(1e-3, 0.9, accumulator_dtype=jnp.int8), r"trace: accumulator_dtype"),
+        # float8 passed the floating-point check and failed at the first update (a type
+        # promotion error from inside the rule); it is refused here, naming the fix
+        (
+            lambda: gradtx.adam(1e-3, mu_dtype=jnp.float8_e5m2),
+            r"scale_by_adam: mu_dtype must be a floating-point dtype of at least 16 bits.*"
+            r"float8_e5m2.*gradtx.quantized\(\)",
+        ),
+        (
+            lambda: gradtx.adafactor(1e-3, momentum=0.9, dtype_momentum=jnp.float8_e4m3fn),
+            r"dtype_momentum must be a floating-point dtype of at least 16 bits",
+        ),
         (
             lambda: gradtx.accumulate_k_steps(
                 gradtx.adam(1e-3), 4, accumulator_dtype=gradtx.quantized()
