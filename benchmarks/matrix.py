@@ -6,10 +6,11 @@ Setup (issue 51): a mesh axis `fsdp` over 8 host CPU devices; params `{"w": (512
 `gradtx.init_sharded`. Per optimizer:
 
 - collective bytes per step: every all-gather, all-reduce, reduce-scatter, all-to-all and
-  collective-permute of `jax.jit(update).lower(...).compile().as_text()`, by result size
-  (`benchmarks.zero1.collectives_with_bytes`), divided by the parameter bytes. For SOAP, Shampoo
-  and Kron the program holds the refresh branch too (their refreshes sit under `lax.cond` /
-  `lax.switch`), so theirs is an upper bound of an ordinary step's;
+  collective-permute of a compiled training step (the update and `apply_updates`, params and
+  state in and out in their shardings: the update must come back to the params' layout), by
+  result size (`benchmarks.zero1.collectives_with_bytes`), divided by the parameter bytes. For
+  SOAP, Shampoo and Kron the program holds the refresh branch too (their refreshes sit under
+  `lax.cond` / `lax.switch`), so theirs is an upper bound of an ordinary step's;
 - step time, sharded (8 devices) and on one device: the median over timed rounds of a jitted
   update (compiled first, inputs not donated), and the ratio to AdamW's in the same process;
 - Muon with `distributed="owner"` and Optax's `contrib.muon` (the same dimension numbers) in
@@ -131,8 +132,7 @@ def measure(quick: bool = False, rounds: int | None = None) -> dict[str, Any]:
         tx = make()
         state = gradtx.init_sharded(tx, sharded)
         step = jax.jit(tx.update)
-        compiled = step.lower(sharded_grads, state, sharded).compile()
-        moved = collectives_with_bytes(compiled.as_text() or "")
+        _, moved = training_step(tx, sharded, state, sharded_grads)
         sharded_s = (
             float("nan")
             if name in COMPILED_ONLY
@@ -160,9 +160,66 @@ def measure(quick: bool = False, rounds: int | None = None) -> dict[str, Any]:
         "param_bytes": param_bytes,
         "rounds": rounds,
         "rows": rows,
+        "owner": owner_stack(quick),
         "refresh": refresh_costs(quick, rounds),
         "orthogonality": orthogonality(quick),
     }
+
+
+def training_step(tx: Any, params: Any, state: Any, grads: Any) -> tuple[Any, dict[str, Any]]:
+    """A compiled training step of `tx` (the update and `apply_updates`, params and state in and
+    out in their shardings, so the update comes back to the params' layout) and its
+    collectives (`collectives_with_bytes`)."""
+    import jax
+
+    import gradtx
+
+    where = jax.tree.map(lambda x: x.sharding, (params, state))
+
+    def train(p, s, g):
+        u, s = tx.update(g, s, p)
+        return gradtx.apply_updates(p, u), s
+
+    training = jax.jit(train, in_shardings=(*where, where[0]), out_shardings=where)
+    compiled = training.lower(params, state, grads).compile()
+    return compiled, collectives_with_bytes(compiled.as_text() or "")
+
+
+def owner_stack(quick: bool) -> dict[str, Any]:
+    """Muon on a stack of 16 same-shape layers (rows sharded, so every device owns 2 whole
+    matrices) in each layout: the collective bytes of a compiled training step over the
+    parameter bytes, and the per-device FLOPs of XLA's cost analysis."""
+    import jax
+    import numpy as np
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import gradtx
+
+    shape = (16, 64, 64) if quick else (16, 512, 512)
+    mesh = jax.make_mesh((DEVICES,), ("fsdp",), axis_types=(AxisType.Auto,))
+    rows = NamedSharding(mesh, P(None, "fsdp", None))
+    params = {"stack": jax.device_put(np.ones(shape, np.float32), rows)}
+    dims = gradtx.contrib.MuonDimensionNumbers(reduction_axis=1, output_axis=2)
+    out: dict[str, Any] = {"shape": list(shape)}
+    for layout in ("replicated", "owner"):
+        tx = gradtx.contrib.muon(1e-3, muon_weight_dimension_numbers=dims, distributed=layout)
+        state = gradtx.init_sharded(tx, params)
+        compiled, moved = training_step(tx, params, state, params)
+        cost = compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, list) else cost
+        out[layout] = {
+            "collectives": moved,
+            "bytes_ratio": sum(c["bytes"] for c in moved.values()) / (4 * int(np.prod(shape))),
+            "flops": float(cost["flops"]),
+        }
+    out["flops_ratio"] = out["owner"]["flops"] / out["replicated"]["flops"]
+    print(
+        f"owner on a stack {shape}: {out['owner']['bytes_ratio']:.2f}x the params moved, "
+        f"{out['flops_ratio']:.3f}x the replicated layout's FLOPs per device",
+        flush=True,
+    )
+    return out
 
 
 def refresh_variants() -> dict[str, tuple[Any, int, int]]:
@@ -273,6 +330,20 @@ def markdown(res: dict[str, Any]) -> str:
             f"{ms(r['sharded_s'], r['sharded_vs_adamw'])} | "
             f"{ms(r['single_s'], r['single_vs_adamw'])} |"
         )
+    own = res["owner"]
+    lines += [
+        "",
+        f"Muon on a stack {tuple(own['shape'])} of same-shape layers (rows sharded; every device "
+        "owns whole matrices), a compiled training step:",
+        "",
+        "| layout | collective bytes / param bytes | collectives (count) | FLOPs per device |",
+        "|---|---:|---|---:|",
+    ]
+    for layout in ("replicated", "owner"):
+        r = own[layout]
+        kinds = ", ".join(f"{k} {v['count']}" for k, v in sorted(r["collectives"].items()))
+        lines.append(f"| {layout} | {r['bytes_ratio']:.3f} | {kinds or '-'} | {r['flops']:.3g} |")
+    lines += ["", f"Owner / replicated FLOPs per device: {own['flops_ratio']:.3f}."]
     ref = res["refresh"]
     costs = {r["name"]: r["cost_s"] for r in ref["rows"]}
     lines += [

@@ -15,7 +15,8 @@ iterations). `gathered` bounds that: the matrix is all-gathered once, the whole 
 locally on every device, and the result, replicated, is cut back to each device's rows where it
 meets the sharded params (a slice, no collective). `owner_split` / `owner_merged` divide the work
 instead: a stack of same-shape matrices is split by whole matrices over the devices (one
-all-to-all each way), so each device computes only the matrices it owns.
+all-to-all each way, with the stack axis unsharded on both sides, so that what comes before and
+after runs in the params' layout), so each device computes only the matrices it owns.
 Inner products of sharded trees (`gradtx.tree.vdot`) use an element-wise product and a sum
 there (`jnp.vdot` ravels, which splits a sharded axis), `jnp.vdot` elsewhere.
 """
@@ -83,6 +84,9 @@ def owner_split(x: Any) -> tuple[Any, Any]:
     mesh = _mesh_of(x)
     if mesh is None:
         return x, None
+    # whatever computed `x` ran where its inputs are (else XLA's partitioner moves each input of
+    # an element-wise `x`, e.g. Muon's gradient and momentum, to the owners separately)
+    x = _unstacked(x, mesh)
     devices = math.prod(mesh.axis_sizes)
     pad = -x.shape[0] % devices
     if pad:
@@ -91,12 +95,22 @@ def owner_split(x: Any) -> tuple[Any, Any]:
     return _constrained(x, owned), owned
 
 
+def _unstacked(x: Any, mesh: Any) -> Any:
+    """`x` with its leading (stack) axis not sharded and its other axes as XLA's partitioner
+    likes (unconstrained): a barrier that keeps an owner layout from spreading past it."""
+    free = (PartitionSpec.UNCONSTRAINED,) * (x.ndim - 1)
+    return jax.lax.with_sharding_constraint(
+        x, jax.sharding.NamedSharding(mesh, PartitionSpec(None, *free))
+    )
+
+
 def owner_merged(y: Any, owned: Any, count: int) -> Any:
     """The first `count` matrices of `y`, computed where `owner_split` put them (its sharding
-    `owned`); the consumer's layout is XLA's to reach (one all-to-all back to the params')."""
+    `owned`), back in a layout whose stack axis is not sharded (the consumer's, e.g. the params'
+    rows: one all-to-all)."""
     if owned is None:
         return y
-    return _constrained(y, owned)[:count]
+    return _unstacked(_constrained(y, owned)[:count], owned.mesh)
 
 
 def on_explicit_axes(*xs: Any) -> bool:

@@ -93,6 +93,22 @@ def counts_run_steps(field: str) -> Callable[[_T], _T]:
     return decorate
 
 
+def replicated_fields(*fields: str) -> Callable[[_T], _T]:
+    """Decorate a state class: its `fields` are computed whole on every device (a matrix
+    method's factor, which its step gathers anyway), so `gradtx.state_sharding` replicates them
+    instead of sharding them like the params (which would add a gather per step). Read back as
+    the class's `REPLICATED`."""
+
+    def decorate(cls: _T) -> _T:
+        missing = [f for f in fields if f not in getattr(cls, "_fields", ())]
+        if missing or not fields:
+            raise TypeError(f"replicated_fields: {cls.__name__} has no field {missing or fields}")
+        cls.REPLICATED = tuple(fields)  # type: ignore[attr-defined]
+        return cls
+
+    return decorate
+
+
 def register(
     tx: Any,
     kind: str,

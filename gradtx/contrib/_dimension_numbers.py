@@ -21,6 +21,7 @@ from ..tree import broadcast_prefix
 from ._matrix_axes import (
     Decision,
     MatrixAxes,
+    NamedDecisions,
     ambiguous_error,
     decisions,
     format_table,
@@ -136,7 +137,7 @@ class AliasAxes:
         self.spec = spec
         self.inferring = spec is None or isinstance(spec, MatrixAxes)
         self._remembered = _Remembered(spec) if self.inferring else None
-        self._named: set[tuple[str, tuple[int, ...]]] = set()
+        self._named = NamedDecisions()
 
     @property
     def branch_spec(self) -> Any:
@@ -147,22 +148,17 @@ class AliasAxes:
         ambiguous leaf raises unless `needed` says its axes are not needed (then None)."""
         if not self.inferring:
             return per_leaf_dimension_numbers(self.who, self.spec, params)
-        found = decisions(self.who, self.spec, params)
+        # decided from axis names before (nnx.Optimizer: boxed state at `init`, plain arrays
+        # at `update`): that decision holds
+        found = self._named.hold(decisions(self.who, self.spec, params))
         log_once(self.who, explain_table(self.who, found))
         assert self._remembered is not None
-        memo, named = self._remembered.memo, self._named
+        memo = self._remembered.memo
         out = []
         for i, d in enumerate(found):
-            key = (d.path, d.shape)
-            if not d.from_names and key in named:
-                # decided from axis names before (nnx.Optimizer: boxed state at `init`, plain
-                # arrays at `update`): that decision holds
-                d = d._replace(dims=memo[key], ambiguous=None)
             if d.ambiguous is not None and (needed is None or needed[i]):
                 raise ambiguous_error(self.who, d)
-            memo[key] = d.dims
-            if d.from_names:
-                named.add(key)
+            memo[(d.path, d.shape)] = d.dims
             out.append(d.dims)
         return out
 
@@ -190,6 +186,44 @@ def matrix_labels(who: str, spec: Any, matrix: str) -> Callable[[Any], Any]:
     return alias_axes(who, spec).labels(matrix)
 
 
+def tensor_batch_axes(who: str, d: Decision) -> tuple[int, ...]:
+    """A leaf's batch axes for a method that takes tensors of any rank (Kron: a factor per
+    other axis), from its decision: a matrix's batch axes (neither reduction nor output axes);
+    else the axes that names marked as stacked (a stack of vectors, or a leaf whose other axes
+    form no matrix); else none (rank < 2, a fallback override, names that say nothing)."""
+    if d.dims is not None:
+        return matrix_axes(who, d.shape, d.dims)[0]
+    return d.stacked
+
+
+def inferred_batch_axes(
+    who: str, spec: MatrixAxes | None, tree: Any, named: NamedDecisions
+) -> list[tuple[int, ...]]:
+    """The batch axes of each leaf of `tree` (flattening order) that a tensor method infers
+    from `spec` (None or `infer_matrix_axes(...)`), by the matrix optimizers' decisions; those
+    made from axis names are kept in `named` (a state's layout is fixed at `init`). Logged once."""
+    found = named.hold(decisions(who, spec, tree))
+    log_once(who, explain_table(who, found, kron=True))
+    return [tensor_batch_axes(who, d) for d in found]
+
+
+def _cell(axes: Sequence[int]) -> str:
+    return ",".join(str(a) for a in axes) if axes else "-"
+
+
+def _kron_row(who: str, d: Decision) -> tuple[str, tuple, str, str, str, str]:
+    batch = _cell(tensor_batch_axes(who, d))
+    if d.dims is not None:
+        _, red, out = matrix_axes(who, d.shape, d.dims)
+        return (d.path, d.shape, batch, _cell(red), _cell(out), d.why)
+    why = (
+        f"not a matrix, a factor per other axis ({d.ambiguous})"
+        if d.ambiguous is not None
+        else d.why
+    )
+    return (d.path, d.shape, batch, "-", "-", why)
+
+
 def _decision_row(who: str, d: Decision) -> tuple[str, tuple, str, str, str, str]:
     if d.ambiguous is not None:
         return (d.path, d.shape, "?", "?", "?", f"ambiguous: {d.ambiguous}")
@@ -197,16 +231,19 @@ def _decision_row(who: str, d: Decision) -> tuple[str, tuple, str, str, str, str
         what = "not a matrix" if len(d.shape) < 2 else "fallback"
         return (d.path, d.shape, "-", "-", "-", f"{what} ({d.why})")
     batch, red, out = matrix_axes(who, d.shape, d.dims)
-    cell = lambda axes: ",".join(str(a) for a in axes) if axes else "-"
-    return (d.path, d.shape, cell(batch), cell(red), cell(out), d.why)
+    return (d.path, d.shape, _cell(batch), _cell(red), _cell(out), d.why)
 
 
-def explain_table(who: str, found: list[Decision]) -> str:
-    return format_table([_decision_row(who, d) for d in found])
+def explain_table(who: str, found: list[Decision], *, kron: bool = False) -> str:
+    row = _kron_row if kron else _decision_row
+    return format_table([row(who, d) for d in found])
 
 
-def explain_matrix_axes(params: Any, weight_dimension_numbers: Any = None) -> str:
-    """A table of how the matrix optimizers treat each leaf of `params`.
+def explain_matrix_axes(
+    params: Any, weight_dimension_numbers: Any = None, *, kron: bool = False
+) -> str:
+    """A table of how the matrix optimizers (or, with `kron`, PSGD-Kron) treat each leaf of
+    `params`.
 
     One row per leaf: its path, shape, batch / reduction / output axes (or "not a matrix",
     "fallback", "ambiguous") and why ("2-D default", "axis names (...)", "path names [...]",
@@ -218,6 +255,10 @@ def explain_matrix_axes(params: Any, weight_dimension_numbers: Any = None) -> st
       params: the parameters (arrays, `jax.ShapeDtypeStruct`, Flax boxed params or nnx state).
       weight_dimension_numbers: the spec an optimizer would get: None or
         `infer_matrix_axes(...)` (inferred), or dimension numbers as a tree, prefix or callable.
+      kron: show the batch axes that `kron` / `scale_by_kron` infer (`batch_axes` None or
+        `infer_matrix_axes(...)`, the spec here): a matrix's batch axes, a stack of vectors'
+        stacked axes, and none for a leaf of rank < 2 or one whose names say nothing (no
+        error: Kron has a factor per axis and needs no matrix).
 
     Returns:
       The table, as a string.
@@ -232,8 +273,16 @@ def explain_matrix_axes(params: Any, weight_dimension_numbers: Any = None) -> st
     """
     who = "explain_matrix_axes"
     spec = weight_dimension_numbers
+    if kron and not (spec is None or isinstance(spec, MatrixAxes)):
+        raise ValueError(
+            f"{who}: with kron=True the spec is the batch_axes kron infers from: None or "
+            f"gradtx.contrib.infer_matrix_axes(...), got {type(spec).__name__}; batch axes "
+            "given by hand are used as given"
+        )
     if spec is None or isinstance(spec, MatrixAxes):
         found = decisions(who, spec, params)
+        if kron:
+            return explain_table(who, found, kron=True)
     else:
         from ._matrix_axes import _records
 
@@ -250,6 +299,7 @@ __all__ = [
     "alias_axes",
     "explain_matrix_axes",
     "infer_matrix_axes",
+    "inferred_batch_axes",
     "is_dimension_numbers",
     "matrix_axes",
     "matrix_labels",

@@ -16,6 +16,7 @@ from .._base._checks import (
     check_non_negative,
 )
 from .._base._explicit import auto_partitioned, gathered
+from .._base._introspect import replicated_fields
 from .._base._numerics import key_data, safe_increment, widen, zero_count
 from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, Mask, Params, ScalarOrSchedule, Seed, Updates
@@ -59,12 +60,15 @@ class DionDimensionNumbers(NamedTuple):
 DimensionNumbersOrFn = DionDimensionNumbers | Params | Callable[[Params], Any] | None
 
 
+@replicated_fields("q")
 class ScaleByDionState(NamedTuple):
     """State of `scale_by_dion`.
 
     `mu` has each parameter's shape (dtype `mu_dtype` or the params'). `q` has, per leaf, the
     shape `(*batch_shape, min(fan_in, fan_out), r)`: the batch axes in the leaf's order, then the
-    smaller side of the matrix, then the rank; dtype `preconditioner_dtype`.
+    smaller side of the matrix, then the rank; dtype `preconditioner_dtype`. On sharded params
+    `q` is replicated (`gradtx.state_sharding`): every device computes it whole in its local
+    step, so keeping it whole saves its gather.
     """
 
     count: jax.Array  # type: ignore[assignment]  # int32, saturating

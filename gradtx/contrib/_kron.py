@@ -2,7 +2,7 @@
 each parameter, fitted online from random probes (Xi-Lin Li; Evan Walters' PSGD Kron)."""
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -52,6 +52,8 @@ from ..transforms._building_blocks import (
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._scaling import scale_by_learning_rate
 from ..tree import assert_same_structure, broadcast_prefix
+from ._dimension_numbers import inferred_batch_axes
+from ._matrix_axes import MatrixAxes, NamedDecisions
 
 MEMORY_SAVE_MODES = (None, "one_diag", "smart_one_diag", "all_diag")
 _TINY = float(jnp.finfo(jnp.float32).tiny)  # the reference's eps (bfloat16's tiny, the same)
@@ -113,9 +115,14 @@ def _is_axes(x: Any) -> bool:
     )
 
 
-def _per_leaf_batch_axes(who: str, spec: Any, tree: Any) -> list[tuple[int, ...]]:
-    """The batch axes of each leaf of `tree` (in flattening order) from `spec`: None, an axis or
-    a tuple of axes for every leaf, a tree (or prefix) of them, or a callable of `tree`."""
+def _per_leaf_batch_axes(
+    who: str, spec: Any, tree: Any, named: NamedDecisions
+) -> list[tuple[int, ...]]:
+    """The batch axes of each leaf of `tree` (in flattening order) from `spec`: None or
+    `infer_matrix_axes(...)` (inferred, the decisions made from axis names kept in `named`), an
+    axis or a tuple of axes for every leaf, a tree (or prefix) of them, or a callable of `tree`."""
+    if spec is None or isinstance(spec, MatrixAxes):
+        return inferred_batch_axes(who, spec, tree, named)
     if callable(spec):
         spec = spec(tree)
     leaves = jax.tree.leaves(tree)
@@ -300,6 +307,12 @@ def _batched(f: Callable, batch: tuple[int, ...], ndim: int) -> Callable:
     return run
 
 
+def _factors(q: Any) -> tuple:
+    """A leaf's factors as a tuple; `nnx.Optimizer` writes the state back with `nnx.update`,
+    which turns each tuple into a `State` keyed 0, 1, ..."""
+    return tuple(q[i] for i in range(len(q))) if isinstance(q, Mapping) else tuple(q)
+
+
 def _step_keys(key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """A step's keys from the state's key data: (next key data, update draw, balance draw,
     probes)."""
@@ -360,7 +373,15 @@ def scale_by_kron(
     Batch axes (`batch_axes`, e.g. stacked layers or MoE experts on axis 0) get no factor: each
     slice has its own factors (stored with the batch axes in front, ``(*batch, k, k)`` /
     ``(*batch, k)``), fitted, balanced and RMS-clipped on its own (vmapped), as if it were a
-    separate parameter. Nothing is ever flattened.
+    separate parameter. Nothing is ever flattened. Without `batch_axes` they are inferred per
+    leaf by the matrix optimizers' decisions (docs/matrix-optimizers.md, "Which axes form the
+    matrix": Flax axis names, stack names such as `layers` or `experts` in the path, overrides):
+    a matrix's batch axes are its axes that are neither reduction nor output axes (a conv
+    kernel and a 2-D leaf have none), a stack of vectors keeps its stacked axes, and a leaf of
+    rank < 2 or one whose names say nothing has none (a factor per axis: Kron needs no matrix,
+    so such a leaf is not an error). Decisions read from Flax metadata at `init` hold at
+    `update` (`nnx.Optimizer` passes plain arrays there); they are logged once, and
+    `gradtx.contrib.explain_matrix_axes(params, kron=True)` shows them.
 
     Randomness: the update draw :math:`U < p_t`, the balance draw and the probes come from a key in
     the state (uint32 key data, from `seed`); the fit runs under `lax.cond`, so a step without it
@@ -399,8 +420,11 @@ def scale_by_kron(
       preconditioner_init_scale: :math:`s` > 0, the initial scale of :math:`P`'s factors.
       mu_dtype: dtype of the momentum (default: the params'), or a `gradtx.quantized()` spec.
       preconditioner_dtype: the storage dtype of the factors (float32, or bfloat16 to halve it).
-      batch_axes: axes without a factor: None, an axis or a tuple of axes for every leaf, a tree
-        (or prefix) of them, or a callable `params -> that tree`.
+      batch_axes: axes without a factor: None (inferred per leaf, see above),
+        `gradtx.contrib.infer_matrix_axes(overrides, axis_names=...)` (inferred with glob
+        overrides, each dimension numbers whose other axes are the batch axes or None for
+        none, and axis names), an axis or a tuple of axes for every leaf, a tree (or prefix)
+        of them (a None leaf: none), or a callable `params -> that tree`.
       momentum_into_preconditioner_update: fit the preconditioner to :math:`\hat m_t` (True, the
         reference's default) or to the raw gradient.
       balance_probability: the chance in [0, 1] that an update first balances the factors.
@@ -436,11 +460,12 @@ def scale_by_kron(
     check_in_range(who, "balance_probability", balance_probability, 0.0, 1.0)
     key0 = key_data(who, "seed", seed)
     q_dtype = jnp.dtype(preconditioner_dtype)
+    named = NamedDecisions()  # batch axes read from metadata at init hold at update
 
     def layouts(tree):
         """Per leaf: (batch axes, triangular flags of the non-batch axes)."""
         out = []
-        batches = _per_leaf_batch_axes(who, batch_axes, tree)
+        batches = _per_leaf_batch_axes(who, batch_axes, tree, named)
         for x, batch in zip(jax.tree.leaves(tree), batches, strict=True):
             shape = tuple(np.shape(x))
             rest = tuple(s for a, s in enumerate(shape) if a not in batch)
@@ -482,9 +507,9 @@ def scale_by_kron(
         leaves, treedef = jax.tree.flatten(updates)
         # the batch axes only: which factors are triangular is the state's (its factors' ranks),
         # decided at init, so the thresholds are not read here
-        batches = _per_leaf_batch_axes(who, batch_axes, updates)
+        batches = _per_leaf_batch_axes(who, batch_axes, updates, named)
         mus = treedef.flatten_up_to(state.mu)
-        qs = treedef.flatten_up_to(state.qs)
+        qs = [_factors(q) for q in treedef.flatten_up_to(state.qs)]
         count = safe_increment(state.count)
         prob = value_at(
             preconditioner_update_probability, state.count, who=who,

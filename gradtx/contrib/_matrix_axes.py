@@ -23,6 +23,8 @@ path overrides and axis names), each leaf is decided once, in this order:
 6. Anything else of rank >= 3 is **ambiguous**: an error naming the leaf and the override.
 
 A boxed parameter's path is the box's (`layers/Dense_0/kernel`, not `.../kernel/value`).
+PSGD-Kron reads only the batch axes of these decisions (`Decision.stacked` where the axes left
+form no matrix; see `tensor_batch_axes`): it needs no matrix, so an ambiguous leaf is no error.
 """
 
 from __future__ import annotations
@@ -92,7 +94,11 @@ class Decision(NamedTuple):
     dims: Any
     why: str
     ambiguous: str | None = None
-    from_names: bool = False  # decided by axis names (Flax metadata or `axis_names`)
+    # its batch axes were decided by axis names (Flax metadata or `axis_names`)
+    from_names: bool = False
+    # the batch axes that axis or path names marked (sorted), kept also where the axes left form
+    # no matrix (a stack of vectors, an ambiguous leaf): what a tensor method (Kron) reads
+    stacked: tuple[int, ...] = ()
 
 
 def infer_matrix_axes(
@@ -231,12 +237,14 @@ def _is_index(key: Any) -> bool:
     return isinstance(key, jtu.DictKey) and isinstance(key.key, int)
 
 
-def _stack_components(key_path: tuple) -> list[str]:
-    """The path components (not the leaf's own name) that mark a stack axis."""
+def _stack_components(key_path: tuple, *, leaf: bool = False) -> list[str]:
+    """The path components that mark a stack axis: the modules above the leaf, and with `leaf`
+    the leaf's own name too (`{"experts": (E, d, f)}`)."""
     found = []
-    for i, key in enumerate(key_path[:-1]):
+    for i, key in enumerate(key_path if leaf else key_path[:-1]):
         name = path_str((key,))
-        listed = _is_index(key_path[i + 1])  # `layers/0/...`: a list of separate modules
+        # `layers/0/...`: a list of separate modules
+        listed = i + 1 < len(key_path) and _is_index(key_path[i + 1])
         if not listed and (name.lower() in _STACK or _SCAN_MODULE.match(name)):
             found.append(name)
     return found
@@ -263,9 +271,10 @@ def _decide(key_path: tuple, path: str, shape: tuple, names: tuple | None) -> De
     if stacked:
         why = f"axis names {tuple(names or ())}"
         decided = _by_rest(path, shape, stacked, why, key_path, by_path=False)
-        return decided._replace(from_names=decided.ambiguous is None)
+        return decided._replace(from_names=True, stacked=tuple(stacked))
     else:
-        components = _stack_components(key_path)
+        # a leaf of rank >= 3 named like a stack is one; a 2-D one may be a matrix so named
+        components = _stack_components(key_path, leaf=rank >= 3)
         leaf_name = path_str(key_path[-1:]) if key_path else ""
         if components and (rank >= 3 or leaf_name in VECTOR_LEAF_NAMES):
             stacked = list(range(min(len(components), rank)))
@@ -275,7 +284,8 @@ def _decide(key_path: tuple, path: str, shape: tuple, names: tuple | None) -> De
             return _matrix([0, 1], "2-D default", path, shape)
         else:
             why = f"axis names {names}" if names is not None else "no axis or path names"
-    return _by_rest(path, shape, stacked, why, key_path, by_path=by_path)
+    decided = _by_rest(path, shape, stacked, why, key_path, by_path=by_path)
+    return decided._replace(stacked=tuple(stacked))
 
 
 def _by_rest(
@@ -333,6 +343,29 @@ def decisions(who: str, spec: MatrixAxes | None, tree: Any, *, strict: bool = Tr
 class _Override(NamedTuple):
     pattern: str
     dims: Any
+
+
+class NamedDecisions:
+    """The decisions made from axis names, kept by leaf path and shape, so that they hold when
+    the same transformation sees those leaves again without their metadata: `nnx.Optimizer`
+    passes boxed params to `init` and plain arrays to `update`, and a state's layout is fixed
+    at `init`."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, tuple[int, ...]], Decision] = {}
+
+    def hold(self, found: list[Decision]) -> list[Decision]:
+        """`found`, each decision not made from axis names replaced by the one that was, for
+        the same leaf, before; the decisions made from axis names are kept."""
+        out = []
+        for d in found:
+            key = (d.path, d.shape)
+            if d.from_names:
+                self._kept[key] = d
+            elif key in self._kept:
+                d = self._kept[key]
+            out.append(d)
+        return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -400,6 +433,7 @@ __all__ = [
     "Decision",
     "InferredDimensionNumbers",
     "MatrixAxes",
+    "NamedDecisions",
     "ambiguous_error",
     "decisions",
     "format_table",

@@ -145,8 +145,9 @@ def state_sharding(
     i-th such axis); a blocked factor `(*batch, n_r, n_c, b, b)` of a parameter's last two axes
     (Shampoo's, blocks of side `b`) has its block grid `(n_r, n_c)` sharded like those two axes
     and each block replicated, so a device holds the factors of the blocks of its own shard;
-    everything else (counters, hyperparameters, keys) is replicated. Mesh axes
-    that do not divide a dimension are left out.
+    everything else (counters, hyperparameters, keys) is replicated, as are the fields a state
+    class marks as computed whole on every device (Dion's `q`: sharded, each step would gather
+    it). Mesh axes that do not divide a dimension are left out.
 
     With `zero_axis` (ZeRO stage 1), every non-scalar leaf is also sharded over that mesh axis
     (or axes) when it does not use it already: on its largest unsharded dimension that divides by

@@ -9,8 +9,9 @@ it. A paired leaf takes its parameter's `PartitionSpec` when the shapes agree, a
 to its shape otherwise (a leading history axis, a factored axis of size 1 or removed, a matrix
 optimizer's factor or projection of one axis: rows like that axis; Shampoo's blocked factors:
 the block grid like the parameter's last two axes); every other leaf is
-replicated. Entries whose axis size does not divide the dimension are dropped (replicated),
-so every derived sharding is valid for `jax.device_put` and `jit`.
+replicated, as are the fields a state class names with `replicated_fields` (a matrix method's
+factor that every device computes whole). Entries whose axis size does not divide the dimension
+are dropped (replicated), so every derived sharding is valid for `jax.device_put` and `jit`.
 
 ZeRO stage 1 then shards each non-scalar leaf along the optimizer-state axis too, on the largest
 dimension that is not yet sharded and divides by the axis size (or, failing that, by extending a
@@ -250,8 +251,22 @@ def plan(
     pairing: dict[int, int] = {}  # id of a state leaf's position -> parameter index
     siblings: dict[int, list[int]] = {}  # position -> the positions paired with it, in order
 
+    replicated: dict[int, str] = {}  # position -> the state field replicated by design
+
     def visit(node: Any, positions: list[int]) -> None:
         # positions: the flat indices (in the whole state) of `node`'s leaves, in order
+        whole = getattr(type(node), "REPLICATED", ())  # `replicated_fields` of a state class
+        if whole and isinstance(node, tuple):
+            start = 0
+            for name, child in zip(node._fields, node, strict=True):  # type: ignore[attr-defined]
+                n = len(jax.tree.leaves(child))
+                if name in whole:
+                    for pos in positions[start : start + n]:
+                        replicated[pos] = f"{type(node).__name__}.{name}"
+                else:
+                    visit(child, positions[start : start + n])
+                start += n
+            return
         try:
             subtrees = _flatten_up_to(ptreedef, node)
         except (ValueError, TypeError):
@@ -291,6 +306,8 @@ def plan(
         else:
             ppath, spec = "", [None] * len(shape)
             note = "scalar: replicated" if not shape else "not paired with a parameter: replicated"
+            if pos in replicated:
+                note = f"{replicated[pos]}: computed whole on every device, replicated"
         spec = _divisible(mesh, spec, shape)
         if zero_axes:
             spec, zero_note = _zero1(mesh, spec, shape, zero_axes)

@@ -168,3 +168,89 @@ def test_explain_is_logged_once(caplog):
     assert lines[1].startswith("b ") and "not a matrix (rank < 2)" in lines[1]
     assert lines[2].split()[:6] == ["layers/w", "(5,", "3,", "7)", "0", "1"]
     assert lines[3].split()[3:6] == ["-", "0", "1"] and lines[3].endswith("2-D default")
+
+
+# -- Kron: the batch axes by the same decisions --------------------------------------------------
+
+
+def _kron_params():
+    rng = np.random.default_rng(3)
+    leaf = lambda *s: jnp.asarray(rng.normal(size=s), jnp.float32)
+    return {
+        "layers": {"mlp": {"kernel": leaf(L, D, F)}, "norm": {"bias": leaf(L, D)}},
+        "head": leaf(F, 2),
+        "head_bias": leaf(2),
+        "u": leaf(2, 3, 4),  # names say nothing: no batch axes (not an error for Kron)
+        "v": leaf(2, 3, 4),
+    }
+
+
+def _kron_updates(batch_axes, params, steps=3):
+    """The updates of `steps` Kron steps (each refitting the factors), one scanned program."""
+    tx = contrib.kron(0.01, preconditioner_update_probability=1.0, batch_axes=batch_axes)
+    grads = [_grads(params, i) for i in range(steps)]
+
+    @jax.jit
+    def run(params, grads):
+        step = lambda state, g: tx.update(g, state, params)[::-1]
+        return jax.lax.scan(step, tx.init(params), grads)[1]
+
+    return run(params, jax.tree.map(lambda *g: jnp.stack(g), *grads))
+
+
+def test_kron_infers_the_batch_axes_of_stacks():
+    params = _kron_params()
+    by_hand = {
+        "layers": {"mlp": {"kernel": (0,)}, "norm": {"bias": (0,)}},  # a stack of vectors too
+        "head": (),
+        "head_bias": (),
+        "u": (),
+        "v": (),
+    }
+    qs = contrib.scale_by_kron().init(params).qs
+    assert [q.shape for q in qs["layers"]["mlp"]["kernel"]] == [(L, D, D), (L, F, F)]
+    assert [q.shape for q in qs["layers"]["norm"]["bias"]] == [(L, D)]
+    assert [q.shape for q in qs["u"]] == [(2, 2), (3, 3), (4, 4)]
+    _assert_same(_kron_updates(None, params), _kron_updates(by_hand, params))
+
+
+def test_kron_batch_axes_by_overrides_and_axis_names():
+    params = _kron_params()
+    spec = infer_matrix_axes(
+        {"u": MDN(reduction_axis=0, output_axis=-1), "layers/mlp/**": None},
+        axis_names={
+            "layers": None,
+            "head": None,
+            "head_bias": None,
+            "u": None,
+            "v": ("stage", None, None),
+        },
+    )
+    by_hand = {
+        "layers": {"mlp": {"kernel": ()}, "norm": {"bias": (0,)}},  # None: a factor per axis
+        "head": (),
+        "head_bias": (),
+        "u": (1,),  # the axis that is neither reduction nor output
+        "v": (0,),
+    }
+    table = explain_matrix_axes(params, spec, kron=True).splitlines()
+    assert [r.split()[0] for r in table if r.split()[-1:] != ["why"]] == sorted(
+        ["head", "head_bias", "layers/mlp/kernel", "layers/norm/bias", "u", "v"]
+    )
+    assert next(r for r in table if r.startswith("u ")).split()[4] == "1"
+    _assert_same(_kron_updates(spec, params), _kron_updates(by_hand, params))
+
+
+def test_kron_logs_its_batch_axes_once(caplog):
+    # shapes of their own: each table is logged once per process
+    params = {"blocks": {"w": jnp.ones((2, 5, 3))}, "u": jnp.ones((3, 2, 5)), "b": jnp.ones(7)}
+    tx = contrib.scale_by_kron()
+    with caplog.at_level(logging.INFO, logger="gradtx.contrib"):
+        tx.init(params)
+        jax.eval_shape(tx.update, params, tx.init(params))  # traced, not compiled
+    logged = [r.getMessage() for r in caplog.records if r.name == "gradtx.contrib"]
+    assert len(logged) == 1 and explain_matrix_axes(params, kron=True) in logged[0]
+    row = next(r for r in explain_matrix_axes(params, kron=True).splitlines() if r[:2] == "u ")
+    assert row.split()[4] == "-" and "not a matrix, a factor per other axis" in row
+    with pytest.raises(ValueError, match=r"kron=True.*infer_matrix_axes"):
+        explain_matrix_axes(params, {"u": MDN()}, kron=True)

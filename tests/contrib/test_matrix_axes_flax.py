@@ -126,12 +126,10 @@ class _Nnx(nnx.Module):
         return self.head(jnp.concatenate([body(self.trunk, x)] * 2, -1)[..., :F])
 
 
-def _nnx_run(spec):
+def _nnx_run(tx):
     with nnx.use_eager_sharding(False):
         model = _Nnx()
-    opt = nnx.Optimizer(
-        model, contrib.muon(0.02, muon_weight_dimension_numbers=spec), wrt=nnx.Param
-    )
+    opt = nnx.Optimizer(model, tx, wrt=nnx.Param)
 
     @nnx.jit
     def step(model, opt, x):
@@ -155,7 +153,23 @@ def test_nnx_stack_metadata_read_at_init_holds_in_updates_of_plain_arrays():
 
         return gradtx.tree.map_with_path(dims, tree, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
-    _assert_same(_nnx_run(None), _nnx_run(by_hand))
+    muon = lambda spec: contrib.muon(0.02, muon_weight_dimension_numbers=spec)
+    _assert_same(_nnx_run(muon(None)), _nnx_run(muon(by_hand)))
+
+
+def test_nnx_kron_keeps_the_batch_axes_read_from_metadata_at_init():
+    """Kron's factor shapes are fixed at `init`, from the boxed state's metadata; at `update`
+    the plain arrays of "trunk" (no stack name) alone would give no batch axes."""
+
+    def by_hand(tree):
+        # the stacked kernels and biases (a stack of vectors) have the layer axis as batch axis
+        axes = lambda path, _: (0,) if "trunk" in path else ()
+        return gradtx.tree.map_with_path(axes, tree, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+    kron = lambda batch_axes: contrib.kron(
+        0.01, preconditioner_update_probability=1.0, batch_axes=batch_axes
+    )
+    _assert_same(_nnx_run(kron(None)), _nnx_run(kron(by_hand)))
 
 
 # -- conv kernels -------------------------------------------------------------------------------
