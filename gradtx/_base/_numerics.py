@@ -67,12 +67,15 @@ def wide_float(*dtypes) -> jnp.dtype:
 
 
 def widen(x: ArrayLike) -> jax.Array:
-    """`x` in float32 at least: bf16/f16 (and integers) are widened, float64 and complex kept.
+    """`x` in float32 at least: bf16/f16/float8 (and integers) are widened, float64 and complex
+    kept.
 
     Update rules compute in this precision and cast results back to the buffers' dtypes, so that
     e.g. `(1 - b2) * g**2` does not underflow to 0 for small float16 gradients.
     """
     x = jnp.asarray(x)
+    if jnp.issubdtype(x.dtype, jnp.floating) and x.dtype.itemsize == 1:
+        return x.astype(jnp.float32)  # float8_*: JAX promotes it to nothing implicitly
     return x.astype(jnp.promote_types(x.dtype, jnp.float32))
 
 

@@ -46,10 +46,13 @@ def into_buffer_and_value(x: jax.Array, buffer) -> tuple:
 
 
 def buffer_value(buffer) -> jax.Array:
-    """A state buffer's value for computing: a quantized buffer decoded (float32), any other
-    buffer as it is (so that `decay * buffer` rounds in the buffer's dtype, as Optax's does)."""
+    """A state buffer's value for computing: a quantized buffer decoded (float32), a float8
+    buffer widened (JAX computes nothing in float8 beside float32), any other buffer as it is
+    (so that `decay * buffer` rounds in the buffer's dtype, as Optax's does)."""
     if is_quantized(buffer):
         return decode(buffer)
+    if jnp.dtype(buffer.dtype).itemsize == 1 and jnp.issubdtype(buffer.dtype, jnp.floating):
+        return buffer.astype(jnp.float32)
     return buffer
 
 
@@ -65,8 +68,7 @@ def check_float_dtype(who: str, name: str, dtype: Any) -> None:
     """`dtype` is None (the params' dtype) or a floating-point dtype (a state buffer's dtype).
 
     An integer buffer would silently truncate the moments to integers (training then stalls or
-    diverges), a float8 one round them away; quantized storage (block-scaled 8- and 4-bit codes)
-    is the separate, explicit feature for 8 bits and fewer.
+    diverges); quantized storage is a separate, explicit feature.
     """
     if dtype is None:
         return
@@ -94,17 +96,6 @@ def check_float_dtype(who: str, name: str, dtype: Any) -> None:
             f"{requirement} (e.g. jnp.float32 or jnp.bfloat16)",
             got=np.dtype(dtype).name,
             note=": an integer buffer would truncate the state",
-        )
-    if np.dtype(dtype).itemsize == 1:  # float8_*
-        raise HyperparameterError(
-            who,
-            name,
-            dtype,
-            f"{requirement} of at least 16 bits (e.g. jnp.float32 or jnp.bfloat16)",
-            got=np.dtype(dtype).name,
-            note=": a float8 buffer keeps 2-3 significant bits (a moment decaying by b1 or b2 "
-            "rounds back to where it was) and float8_e4m3's smallest value, 2^-9, is above "
-            "typical second moments; JAX does not mix float8 with float32 implicitly either",
         )
 
 

@@ -138,8 +138,8 @@ class LeafSlots:
         for name, buffer in buffers.items():
             if packing is not None:
                 buffer = packing.read(buffer)[0]
-            elif isinstance(buffer, QuantizedArray):
-                buffer = buffer_value(buffer)
+            elif isinstance(buffer, QuantizedArray) or jnp.dtype(buffer.dtype).itemsize == 1:
+                buffer = buffer_value(buffer)  # decoded, or a float8 buffer widened
             setattr(self, name, buffer)
 
     def __getattr__(self, name: str) -> Any:  # only for a name that is no slot
@@ -161,7 +161,7 @@ class LeafSlots:
             new = value.astype(buffer.dtype)
         else:  # the value as stored, widened (`_numerics.widen`)
             new = value.astype(buffer.dtype)
-            value = new.astype(jnp.promote_types(new.dtype, jnp.float32))
+            value = widen(new)
         self.kept[name] = new
         setattr(self, name, value)
         return value
