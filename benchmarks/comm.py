@@ -59,7 +59,7 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from . import quality  # noqa: E402
 from .harness import machine_facts  # noqa: E402
-from .report import write_result  # noqa: E402
+from .report import pyplot, write_result  # noqa: E402
 
 FULL = {**quality.FULL}  # 600 steps of a global batch of 32 windows: 4 per replica
 QUICK = {**quality.QUICK, "steps": 8, "batch": DEVICES}
@@ -616,12 +616,8 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def write_png(result: dict[str, Any], path: str) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     fig, (ax_step, ax_bytes) = plt.subplots(1, 2, figsize=(11, 4))
     for r in result["rows"]:

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .harness import Budget, Stats, interleaved, machine_facts, paired_ratio
+from .report import pyplot
 from .workloads import _adamw_clip_cosine, _lion
 
 FULL_TOTAL = 4_200_000
@@ -455,12 +456,8 @@ def markdown(result: dict[str, Any]) -> str:
 
 def write_png(result: dict[str, Any], path: str) -> bool:
     """Log-log compile time and step time against N, one row of panels per layout."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     layouts = result["layouts"]
     fig, axes = plt.subplots(len(layouts), 2, figsize=(12, 4.2 * len(layouts)), squeeze=False)

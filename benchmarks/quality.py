@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .harness import machine_facts
-from .report import write_result
+from .report import pyplot, write_result
 from .workloads import state_bytes
 
 FULL = {"steps": 600, "batch": 32, "context": 64, "width": 64, "layers": 2, "heads": 4}
@@ -477,12 +477,8 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def write_png(result: dict[str, Any], path: str) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     fig, (ax_train, ax_eval) = plt.subplots(1, 2, figsize=(11, 4))
     for name, losses in result["train_curves"].items():

@@ -134,15 +134,23 @@ def write_json(run: dict[str, Any], path: str) -> None:
         json.dump(run, f, indent=1, sort_keys=True)
 
 
-def write_png(run: dict[str, Any], path: str) -> bool:
-    """A bar chart of the gradtx / Optax ratios (step donated, undonated, build); False when
-    matplotlib is missing."""
+def pyplot() -> Any:
+    """`matplotlib.pyplot` on the file-only Agg backend, or None when matplotlib is missing."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def write_png(run: dict[str, Any], path: str) -> bool:
+    """A bar chart of the gradtx / Optax ratios (step donated, undonated, build); False when
+    matplotlib is missing."""
+    plt = pyplot()
+    if plt is None:
         return False
     results = run["results"]
     labels = [f"{r['workload']}\n{r['tree']}" for r in results]
