@@ -93,17 +93,22 @@ def counts_run_steps(field: str) -> Callable[[_T], _T]:
     return decorate
 
 
-def replicated_fields(*fields: str) -> Callable[[_T], _T]:
+def replicated_fields(
+    *fields: str, where: Callable[[Any], Any] | None = None
+) -> Callable[[_T], _T]:
     """Decorate a state class: its `fields` are computed whole on every device (a matrix
     method's factor, which its step gathers anyway), so `gradtx.state_sharding` replicates them
-    instead of sharding them like the params (which would add a gather per step). Read back as
-    the class's `REPLICATED`."""
+    instead of sharding them like the params (which would add a gather per step). `where(state)`
+    (given the abstract state) narrows that to some parameters: a tree of bools that is a prefix
+    of each named field (e.g. one bool per parameter leaf); a `False` part is sharded as usual.
+    Read back as the class's `REPLICATED` and `REPLICATED_WHERE`."""
 
     def decorate(cls: _T) -> _T:
         missing = [f for f in fields if f not in getattr(cls, "_fields", ())]
         if missing or not fields:
             raise TypeError(f"replicated_fields: {cls.__name__} has no field {missing or fields}")
         cls.REPLICATED = tuple(fields)  # type: ignore[attr-defined]
+        cls.REPLICATED_WHERE = where  # type: ignore[attr-defined]
         return cls
 
     return decorate

@@ -18,7 +18,8 @@ from .._base._checks import (
     check_one_of,
     check_positive,
 )
-from .._base._explicit import auto_partitioned
+from .._base._explicit import auto_partitioned, gathered
+from .._base._introspect import replicated_fields
 from .._base._numerics import (
     bias_correction,
     cond,
@@ -88,8 +89,14 @@ def precond_update_prob_schedule(
     return schedule
 
 
+@replicated_fields("qs")
 class ScaleByKronState(NamedTuple):
-    """State of `scale_by_kron`."""
+    """State of `scale_by_kron`.
+
+    On sharded params the momentum is blended where it lives (sharded like the param), gathered
+    once, and the fit and the preconditioning run whole on every device, so `state_sharding`
+    keeps the factors `qs` replicated (`replicated_fields`).
+    """
 
     count: jax.Array  # type: ignore[assignment]  # int32, saturating
     key: jax.Array  # raw PRNG key data (uint32), as `jax.random.key_data` returns it
@@ -523,8 +530,10 @@ def scale_by_kron(
         for g, m in zip(leaves, mus, strict=True):
             m_buf, m_new = into_buffer_and_value(ema(b1, widen(g), buffer_value(m)), m)
             mu_bufs.append(m_buf)
-            hats.append(jnp.asarray(m_new, jnp.float32) / c1)
-        fit_to = hats if momentum_into_preconditioner_update else [widen(g) for g in leaves]
+            hats.append(gathered(jnp.asarray(m_new, jnp.float32) / c1))
+        fit_to = (
+            hats if momentum_into_preconditioner_update else [gathered(widen(g)) for g in leaves]
+        )
 
         def fit(qs):
             balance = jax.random.uniform(k_balance) < balance_probability
@@ -537,7 +546,7 @@ def scale_by_kron(
                 new = _batched(lambda f, a, b: _update_factors(f, a, b, lr), batch, h.ndim)(
                     q32, h, v
                 )
-                out.append(tuple(n.astype(f.dtype) for n, f in zip(new, q, strict=True)))
+                out.append(tuple(gathered(n).astype(f.dtype) for n, f in zip(new, q, strict=True)))
             return out
 
         qs = cond(do_update, fit, lambda x: list(x), list(qs))
@@ -546,7 +555,7 @@ def scale_by_kron(
             return _rms_clipped(_precondition(tuple(jnp.asarray(x, jnp.float32) for x in f), h))
 
         new_updates = [
-            _batched(precondition, batch, h.ndim)(q, h).astype(g.dtype)
+            gathered(_batched(precondition, batch, h.ndim)(q, h)).astype(g.dtype)
             for q, h, g, batch in zip(qs, hats, leaves, batches, strict=True)
         ]
         return treedef.unflatten(new_updates), ScaleByKronState(

@@ -18,12 +18,13 @@ from .._base._checks import (
     check_one_of,
     concrete,
 )
-from .._base._explicit import auto_partitioned
+from .._base._explicit import auto_partitioned, gathered
+from .._base._introspect import replicated_fields
 from .._base._numerics import bias_correction, cond, safe_increment, zero_count
 from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, MaskOrFn, Params, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
-from ..state._quantize import MomentDType
+from ..state._quantize import MomentDType, as_leaves
 from ..transforms._building_blocks import (
     buffer_value,
     check_float_dtype,
@@ -58,6 +59,15 @@ class ShampooDimensionNumbers(NamedTuple):
 DimensionNumbersOrFn = ShampooDimensionNumbers | Params | Callable[[Params], Any] | None
 
 
+def _one_block_leaves(state: Any) -> Any:
+    """Per parameter leaf, whether it is a matrix preconditioned as one block (see the state)."""
+    structure = jax.tree.structure(as_leaves(state.mu))
+    return structure.unflatten(
+        [bool(f) and f[0].shape[-4:-2] == (1, 1) for f in structure.flatten_up_to(state.factors)]
+    )
+
+
+@replicated_fields("mu", "nu", "factors", "roots", where=_one_block_leaves)
 class ScaleByShampooState(NamedTuple):
     """State of `scale_by_shampoo`.
 
@@ -67,6 +77,13 @@ class ScaleByShampooState(NamedTuple):
     b_cols)` (`batch`: the leaf's batch axes, in order; `nb_*`: the number of blocks along the
     rows / columns; `b_* = min(block_size, size)`), and `()` for the leaves that get the graft
     alone (rank < 2).
+
+    On sharded params a matrix that is one block (`block_size` at least its sides) is gathered
+    once and its whole step runs on every device (the factors' Gram products, the roots, the
+    grafted direction), so `state_sharding` keeps its four fields replicated
+    (`replicated_fields`; sharded, its first moment would be gathered too). A matrix of several
+    blocks keeps its state sharded, the block grid like the matrix: where the blocks fall within
+    the shards its step moves nothing.
     """
 
     count: jax.Array  # type: ignore[assignment]  # int32, saturating
@@ -184,6 +201,14 @@ def _block_norms(x: jax.Array) -> jax.Array:
     return jnp.where(
         peak > 0, safe * jnp.sqrt(jnp.sum((x / safe) ** 2, axis=(-2, -1), keepdims=True)), 0.0
     )
+
+
+def _whole(x: jax.Array, plan: _Plan | None) -> jax.Array:
+    """`x` whole on every device when its leaf is a matrix of one block (`gathered`: one gather
+    per step, then the block's step runs locally); as it is otherwise (a graft-only leaf
+    runs where it lives, several blocks are left to XLA's partitioner on the block grid)."""
+    one_block = plan is not None and plan.nb_rows == plan.nb_cols == 1
+    return gathered(x) if one_block else x
 
 
 def _shampoo_direction(
@@ -405,7 +430,7 @@ def scale_by_shampoo(
         m_hats, new_mu, new_nu, grafts = [], [], [], []
         factors: list[tuple] = []
         for g, m, v, p, f in zip(leaves, mus, nus, ps, old_factors, strict=True):
-            g32 = g.astype(_compute_dtype(g.dtype))
+            g32 = _whole(g, p).astype(_compute_dtype(g.dtype))
             m_buf, m_new = into_buffer_and_value(ema(b1, g32, buffer_value(m)), m)
             m_hat = m_new / c1
             if graft_type in ("adam", "rmsprop"):
@@ -428,16 +453,20 @@ def scale_by_shampoo(
             left, right = f
             left = b2_ * buffer_value(left).astype(gb.dtype) + w_new * (gb @ _mT(gb))
             right = b2_ * buffer_value(right).astype(gb.dtype) + w_new * (_mT(gb) @ gb)
-            factors.append((left.astype(pdtype), right.astype(pdtype)))
+            factors.append((_whole(left, p).astype(pdtype), _whole(right, p).astype(pdtype)))
 
         # 2. the inverse roots, recomputed every precondition_frequency steps from t0 on
         active = count >= start_preconditioning_step
         refresh = active & ((count - start_preconditioning_step) % precondition_frequency == 0)
         roots = cond(
             refresh,
-            lambda fs, rs: jax.tree.map(
-                lambda s, r: _inverse_root(s, r, matrix_eps, inverse_root), fs, rs
-            ),
+            lambda fs, rs: [
+                tuple(
+                    _whole(_inverse_root(s, r, matrix_eps, inverse_root), p)
+                    for s, r in zip(f, r2, strict=True)
+                )
+                for f, r2, p in zip(fs, rs, ps, strict=True)
+            ],
             lambda fs, rs: rs,
             factors,
             old_roots,
@@ -448,7 +477,7 @@ def scale_by_shampoo(
         for g, a, mh, p, r in zip(leaves, grafts, m_hats, ps, roots, strict=True):
             if p is not None:
                 a = jnp.where(active, _shampoo_direction(a, mh, p, r, graft_type), a)
-            final.append(a.astype(g.dtype))
+            final.append(_whole(a, p).astype(g.dtype))
         return treedef.unflatten(final), ScaleByShampooState(
             count=count,
             mu=treedef.unflatten(new_mu),

@@ -16,7 +16,8 @@ from .._base._checks import (
     check_int,
     check_non_negative,
 )
-from .._base._explicit import auto_partitioned
+from .._base._explicit import auto_partitioned, gathered
+from .._base._introspect import replicated_fields
 from .._base._numerics import bias_correction, safe_increment, widen, zero_count
 from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, Mask, Params, ScalarOrSchedule, Updates
@@ -60,6 +61,7 @@ class SoapDimensionNumbers(NamedTuple):
 DimensionNumbersOrFn = SoapDimensionNumbers | Params | Callable[[Params], Any] | None
 
 
+@replicated_fields("mu", "nu", "factors", "bases")
 class ScaleBySoapState(NamedTuple):
     """State of `scale_by_soap`.
 
@@ -69,6 +71,10 @@ class ScaleBySoapState(NamedTuple):
     or a vector without `precondition_1d`) holds a `(*batch_axes, 0, 0)` placeholder, a scalar an
     empty tuple. `mu` and `nu` have the parameter's shape, both in the rotated basis (the view's
     sides in the coordinates of `bases`, transposed back to the parameter's axes).
+
+    On sharded params the step gathers each gradient once and runs whole on every device, so
+    `state_sharding` keeps all four fields replicated (`replicated_fields`): sharded like the
+    matrix, the rotated moments and the bases would be moved at every rotation.
     """
 
     count: jax.Array  # type: ignore[assignment]  # int32, saturating; 1 after the first step
@@ -372,7 +378,7 @@ def scale_by_soap(
             leaves, mus, nus, factors, bases, leaf_plans, strict=False
         ):
             shape = g.shape
-            gv = _to_view(widen(g), plan)
+            gv = _to_view(widen(gathered(g)), plan)
             q32 = [widen(q) for q in qs]
             m_old, v_old = _to_view(buffer_value(m), plan), _to_view(buffer_value(v), plan)
             g_rot = _rotate(gv, q32, plan, back=False)

@@ -257,15 +257,21 @@ def plan(
         # positions: the flat indices (in the whole state) of `node`'s leaves, in order
         whole = getattr(type(node), "REPLICATED", ())  # `replicated_fields` of a state class
         if whole and isinstance(node, tuple):
+            where = getattr(type(node), "REPLICATED_WHERE", None)
+            mask = None if where is None else where(node)
             start = 0
             for name, child in zip(node._fields, node, strict=True):  # type: ignore[attr-defined]
-                n = len(jax.tree.leaves(child))
-                if name in whole:
-                    for pos in positions[start : start + n]:
+                group = positions[start : start + len(jax.tree.leaves(child))]
+                start += len(group)
+                chosen = [name in whole] * len(group)
+                if name in whole and mask is not None:
+                    chosen = _leaf_mask(mask, child)
+                if not all(chosen):
+                    visit(child, group)
+                for pos, replicate in zip(group, chosen, strict=True):
+                    if replicate:
                         replicated[pos] = f"{type(node).__name__}.{name}"
-                else:
-                    visit(child, positions[start : start + n])
-                start += n
+                        pairing.pop(pos, None)
             return
         try:
             subtrees = _flatten_up_to(ptreedef, node)
@@ -323,6 +329,13 @@ def plan(
             )
         )
     return mesh, treedef, rows
+
+
+def _leaf_mask(mask: Any, tree: Any) -> list[bool]:
+    """`mask`, a tree of bools that is a prefix of `tree`, as one bool per leaf of `tree`."""
+    parts = _flatten_up_to(jax.tree.structure(mask), tree)
+    flags = jax.tree.leaves(mask)
+    return [bool(f) for f, part in zip(flags, parts, strict=True) for _ in jax.tree.leaves(part)]
 
 
 def _flatten_up_to(treedef: Any, tree: Any) -> list[Any]:

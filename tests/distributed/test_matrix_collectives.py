@@ -1,7 +1,9 @@
 """Matrix optimizers on FSDP-sharded params (8 host devices, rows sharded over one mesh axis, the
-state built in its derived shardings by `init_sharded`): Muon's family gathers each matrix once
-per step and runs its iterations locally (collective bytes read from the compiled HLO, at most
-the parameter bytes; 14x before), and 20 sharded steps equal 20 single-device steps."""
+state built in its derived shardings by `init_sharded`): Muon's family, SOAP, Shampoo and Kron
+gather each matrix once per step and run their iterations, roots and refreshes locally
+(collective bytes read from the compiled HLO, refresh branches included, at most the parameter
+bytes; 14x before for Muon, 26x / 7.5x / 11.5x for SOAP / Shampoo / Kron), and 20 sharded steps
+(two refreshes for SOAP and Shampoo) equal 20 single-device steps."""
 
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ def _run(tx):
     return jax.jit(run)
 
 
-@pytest.mark.parametrize("name", ["muon", "normuon", "scion", "dion"])
+@pytest.mark.parametrize("name", ["muon", "normuon", "scion", "dion", "soap", "shampoo", "kron"])
 def test_one_gather_per_matrix_and_equal_to_one_device(name):
     host, grads, shardings = _setup()
     tx = getattr(gradtx.contrib, name)(1e-2)
@@ -50,9 +52,20 @@ def test_one_gather_per_matrix_and_equal_to_one_device(name):
     # each matrix once, plus per-row / per-column statistics (norms, NorMuon's second moment,
     # Dion's column norms): at most four float32 vectors of rows + columns per matrix
     bound = sum(4 * m * n for m, n in matrices) + sum(4 * 4 * (m + n) for m, n in matrices)
-    if name == "dion":  # its Q, computed whole on every device, is replicated: no gather
-        q = gradtx.tree.get(state, "q")
-        assert all(x.sharding.is_fully_replicated for x in jax.tree.leaves(q))
+    # the factors each device computes whole are replicated (no gather), as are SOAP's rotated
+    # moments and the moments of a matrix Shampoo preconditions as one block (its vector keeps
+    # them sharded); Kron's momentum stays sharded
+    whole = {
+        "dion": ("q",),
+        "soap": ("soap/mu", "soap/nu", "soap/bases"),
+        "shampoo": ("mu/w", "mu/v", "roots"),
+    }
+    whole["kron"] = ("qs",)
+    for field in whole.get(name, ()):
+        leaves = jax.tree.leaves(gradtx.tree.get(state, field))
+        assert leaves and all(x.sharding.is_fully_replicated for x in leaves), field
+    if name == "kron":
+        assert not gradtx.tree.get(state, "mu")["w"].sharding.is_fully_replicated
     step = jax.jit(tx.update).lower(params, state, params).compile()
     moved = collectives_with_bytes(step.as_text())
     assert sum(c["bytes"] for c in moved.values()) <= bound, moved
