@@ -49,7 +49,7 @@ import numpy as np
 import pytest
 
 import gradtx
-from gradtx.contrib import _kron
+from gradtx.contrib import _kron, _kron_slice
 from gradtx.contrib._kron import kron, precond_update_prob_schedule
 
 # psgd-jax 0.2.9 does `from optax._src import clipping`, a module that optax 0.2.8 moved;
@@ -364,7 +364,7 @@ def test_default_hyperparameters_correspond():
         jnp.float32
     )
     # psgd-jax balances with a fixed probability 0.01 per update, gradtx's default; the clip
-    assert ours["balance_probability"].default == 0.01 and _kron._RMS_CLIP == 1.1
+    assert ours["balance_probability"].default == 0.01 and _kron_slice._RMS_CLIP == 1.1
     # gradtx has no skew rule by default (psgd-jax has none)
     assert ours["max_skew_triangular"].default == float("inf")
     # the weight-decay masks differ: psgd-jax (optax's mask None) decays every leaf, gradtx's
