@@ -146,14 +146,17 @@ def state_sharding(
     (Shampoo's, blocks of side `b`) has its block grid `(n_r, n_c)` sharded like those two axes
     and each block replicated, so a device holds the factors of the blocks of its own shard;
     everything else (counters, hyperparameters, keys) is replicated, as are the fields a state
-    class marks as computed whole on every device (Dion's `q`: sharded, each step would gather
-    it). Mesh axes that do not divide a dimension are left out.
+    class marks as computed whole on every device (Dion's `q`; SOAP's factors, bases and rotated
+    moments; Kron's factors; Shampoo's factors, roots and moments of a one-block matrix: sharded,
+    each step would gather them). Mesh axes that do not divide a dimension are left out.
 
     With `zero_axis` (ZeRO stage 1), every non-scalar leaf is also sharded over that mesh axis
     (or axes) when it does not use it already: on its largest unsharded dimension that divides by
     the axis size, else by adding the axis to an already sharded dimension that divides. Leaves
     where no dimension divides stay replicated over it and are listed in a warning (see
-    `explain_state_sharding`). Per-device state memory then falls by the axis size.
+    `explain_state_sharding`). Per-device state memory then falls by the axis size, except for
+    the fields computed whole on every device, which stay replicated (sharded for storage, every
+    step would gather them: SOAP's step moved 25x the parameter bytes).
 
     .. math::  \mathrm{spec}(s_i) = \mathrm{fit}(\mathrm{spec}(p_{\pi(i)}), \mathrm{shape}(s_i))
 

@@ -13,7 +13,8 @@ replicated, as are the fields a state class names with `replicated_fields` (a ma
 factor that every device computes whole). Entries whose axis size does not divide the dimension
 are dropped (replicated), so every derived sharding is valid for `jax.device_put` and `jit`.
 
-ZeRO stage 1 then shards each non-scalar leaf along the optimizer-state axis too, on the largest
+ZeRO stage 1 then shards each non-scalar leaf (but those replicated by design) along the
+optimizer-state axis too, on the largest
 dimension that is not yet sharded and divides by the axis size (or, failing that, by extending a
 dimension's existing axes), and reports the leaves where no dimension divides.
 """
@@ -315,7 +316,9 @@ def plan(
             if pos in replicated:
                 note = f"{replicated[pos]}: computed whole on every device, replicated"
         spec = _divisible(mesh, spec, shape)
-        if zero_axes:
+        if zero_axes and pos in replicated:  # sharded for storage, it would be gathered per step
+            note += "; not sharded by ZeRO-1 either"
+        elif zero_axes:
             spec, zero_note = _zero1(mesh, spec, shape, zero_axes)
             note += zero_note
         rows.append(
