@@ -196,3 +196,26 @@ def test_constant_buffers_equal_encoding_the_constant(signed):
             np.testing.assert_array_equal(
                 np.asarray(got.scale).view(np.uint32), np.asarray(ref.scale).view(np.uint32), str(c)
             )
+
+
+_COMPILED: list[str] = []
+jax.monitoring.register_event_duration_secs_listener(
+    lambda event, _, **kw: (
+        _COMPILED.append(kw.get("fun_name", ""))
+        if event == "/jax/core/compile/backend_compile_duration"
+        else None
+    )
+)
+
+
+def test_an_eager_step_with_8bit_moments_compiles_nothing_after_the_first():
+    # encode's lax.cond used to close over its input: new branch functions every call, so
+    # every eager step compiled its cond again
+    tx = gradtx.adam(1e-3, mu_dtype=gradtx.quantized(), nu_dtype=gradtx.quantized())
+    params = {"w": jnp.linspace(-1.0, 1.0, 64 * 64).reshape(64, 64), "b": jnp.ones(64)}
+    updates, state = tx.update(params, tx.init(params), params)
+    del _COMPILED[:]
+    for _ in range(3):
+        updates, state = tx.update(updates, state, params)
+    assert _COMPILED == []
+    assert np.all(np.isfinite(np.asarray(updates["w"])))

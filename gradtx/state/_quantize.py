@@ -425,23 +425,31 @@ def encode(x: Any, *, block_size: int, signed: bool, codec: str = "dynamic") -> 
     if not signed:
         x = jnp.sqrt(jnp.maximum(x, 0.0))  # NaN stays NaN, +inf stays +inf
     raw = _block_absmax(x, block_size)  # NaN or inf for a block holding one
+    fast, exact = _encode_branches(shape, block_size, signed)
+    codes, scale = jax.lax.cond(jnp.isfinite(jnp.sum(raw)), fast, exact, x, raw)
+    return QuantizedArray(codes, scale, shape, block_size, signed)
 
-    def codes_with(scale, finite=None):
+
+@functools.cache
+def _encode_branches(shape: tuple[int, ...], block_size: int, signed: bool) -> tuple:
+    """`encode`'s two branches `(x, raw block maxima) -> (codes, scale)`, one pair per static
+    layout: the same functions each call, so that an eager `encode` reuses its compiled `cond`
+    (branches closing over `x` would be new functions, and a new compilation, every call)."""
+
+    def codes_with(x, scale, finite=None):
         pre, inv = _scale_factors(scale)
         pre, inv = _per_value(pre, shape, block_size), _per_value(inv, shape, block_size)
         return _codes(x, pre, inv, signed, finite)
 
-    def fast(_):
-        return codes_with(raw), raw
+    def fast(x, raw):
+        return codes_with(x, raw), raw
 
-    def exact(_):  # the same codes for the finite values, the NaN code for the others
+    def exact(x, raw):  # the same codes for the finite values, the NaN code for the others
         finite = jnp.isfinite(x)
         scale = _block_absmax(jnp.where(finite, x, 0.0), block_size)
-        return codes_with(scale, finite), scale
+        return codes_with(x, scale, finite), scale
 
-    finite = jnp.isfinite(jnp.sum(raw))
-    codes, scale = jax.lax.cond(finite, fast, exact, None)
-    return QuantizedArray(codes, scale, shape, block_size, signed)
+    return fast, exact
 
 
 def _values(codes: jax.Array, signed: bool) -> jax.Array:
