@@ -3,6 +3,8 @@ against the installed Optax, SciPy and the eigendecomposition."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -58,11 +60,26 @@ def test_power_iteration_matrix_free_on_a_pytree():
 # ------------------------------------------------------------------ matrix_inverse_pth_root
 
 
-@pytest.mark.parametrize("p", [1, 2, 4, 8])
+ROOT_PS = [1, 2, 4, 8]
+
+
+@functools.cache
+def _roots():
+    """Ours and Optax's inverse p-th roots (and errors) of `_spd(5, p)` for every p of ROOT_PS:
+    one jitted program for the table."""
+    program = jax.jit(
+        lambda ms: [
+            (la.matrix_inverse_pth_root(m, p), optax.matrix_inverse_pth_root(m, p))
+            for m, p in zip(ms, ROOT_PS, strict=True)
+        ]
+    )
+    return dict(zip(ROOT_PS, program([_spd(5, p) for p in ROOT_PS]), strict=True))
+
+
+@pytest.mark.parametrize("p", ROOT_PS)
 def test_matrix_inverse_pth_root_matches_optax(p):
-    m = jnp.asarray(_spd(5, p))
-    root, err = la.matrix_inverse_pth_root(m, p)
-    root_ref, err_ref = optax.matrix_inverse_pth_root(m, p)
+    m = _spd(5, p)
+    (root, err), (root_ref, err_ref) = _roots()[p]
     np.testing.assert_allclose(root, root_ref, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(err, err_ref, atol=1e-5)
     assert root.dtype == jnp.float32
@@ -136,23 +153,33 @@ def test_nnls_errors_name_the_argument():
 
 
 def test_multi_normal_matches_optax():
-    loc = jnp.asarray([0.5, -1.0, 2.0])
-    log_scale = jnp.asarray([0.1, -0.3, 0.0])
-    ours, ref = la.multi_normal(loc, log_scale), optax.multi_normal(loc, log_scale)
-    key = jax.random.PRNGKey(0)
-    s = ours.sample((4,), key)
+    @jax.jit  # one program for every value below
+    def values(loc, log_scale, key):
+        ours, ref = la.multi_normal(loc, log_scale), optax.multi_normal(loc, log_scale)
+        s = ours.sample((4,), key)
+        # A scalar log_scale broadcasts over loc; the gradient flows through log_prob.
+        bcast, bref = la.multi_normal(loc, 0.2), optax.multi_normal(loc, 0.2)
+        grad = lambda mn: jax.grad(lambda m: mn(m, log_scale).log_prob(s).sum())(loc)
+        return {
+            "samples": (s, ref.sample((4,), key)),
+            "log_prob": (ours.log_prob(s), ref.log_prob(s)),
+            "log_scale": ours.log_scale,
+            "params": (ours.params, ref.params),
+            "broadcast": (bcast.log_prob(loc + 1), bref.log_prob(loc + 1)),
+            "grad": (grad(la.multi_normal), grad(optax.multi_normal)),
+        }
+
+    log_scale = np.asarray([0.1, -0.3, 0.0], np.float32)
+    out = values(np.asarray([0.5, -1.0, 2.0], np.float32), log_scale, jax.random.PRNGKey(0))
+    s, s_ref = out["samples"]
     assert s.shape == (4, 3)
-    np.testing.assert_allclose(s, ref.sample((4,), key), rtol=RTOL)
-    np.testing.assert_allclose(ours.log_prob(s), ref.log_prob(s), rtol=RTOL)
-    np.testing.assert_array_equal(ours.log_scale, log_scale)
-    for x, y in zip(ours.params, ref.params, strict=True):
+    np.testing.assert_allclose(s, s_ref, rtol=RTOL)
+    np.testing.assert_allclose(*out["log_prob"], rtol=RTOL)
+    np.testing.assert_array_equal(out["log_scale"], log_scale)
+    for x, y in zip(*out["params"], strict=True):
         np.testing.assert_array_equal(x, y)
-    # A scalar log_scale broadcasts over loc; the gradient flows through log_prob.
-    bcast, bref = la.multi_normal(loc, 0.2), optax.multi_normal(loc, 0.2)
-    np.testing.assert_allclose(bcast.log_prob(loc + 1), bref.log_prob(loc + 1), rtol=RTOL)
-    g = jax.grad(lambda m: la.multi_normal(m, log_scale).log_prob(s).sum())(loc)
-    g_ref = jax.grad(lambda m: optax.multi_normal(m, log_scale).log_prob(s).sum())(loc)
-    np.testing.assert_allclose(g, g_ref, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(*out["broadcast"], rtol=RTOL)
+    np.testing.assert_allclose(*out["grad"], rtol=1e-4, atol=1e-6)
 
 
 # -- nnls keeps the inputs' float dtype (optax linear_algebra_test::test_nnls) ----------------

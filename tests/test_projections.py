@@ -252,47 +252,64 @@ def test_simplex_ties():
 
 
 def test_zero_vector():
-    zero = {"a": jnp.zeros(3), "b": jnp.zeros((2, 2))}
-    x = {"a": jnp.ones(3), "b": jnp.ones((2, 2))}
+    @jax.jit  # one program for every value below
+    def values(zero, x):
+        balls = (gp.projection_l1_ball, gp.projection_l2_ball, gp.projection_linf_ball)
+        return {
+            "balls": [fn(zero, 2.0) for fn in balls],
+            "simplex": gp.projection_simplex(zero, 2.0),
+            "l2_sphere": gp.projection_l2_sphere(zero, 2.0),
+            "l1_sphere": gp.projection_l1_sphere(zero, 2.0),
+            "optax_l2_sphere": op.projection_l2_sphere(zero, 2.0),
+            "grad": jax.grad(lambda t: optax.tree.sum(gp.projection_l2_ball(t, 1.0)))(zero),
+            "vector": gp.projection_vector(x, zero),
+        }
+
+    zero = {"a": np.zeros(3, np.float32), "b": np.zeros((2, 2), np.float32)}
+    out = values(zero, jax.tree.map(np.ones_like, zero))
     leaves = lambda t: np.concatenate([np.ravel(x) for x in jax.tree.leaves(t)])
-    for fn in (gp.projection_l1_ball, gp.projection_l2_ball, gp.projection_linf_ball):
-        np.testing.assert_array_equal(leaves(fn(zero, 2.0)), 0.0)
-    np.testing.assert_allclose(leaves(gp.projection_simplex(zero, 2.0)), 2.0 / 7)
+    for ball in out["balls"]:  # l1, l2, linf
+        np.testing.assert_array_equal(leaves(ball), 0.0)
+    np.testing.assert_allclose(leaves(out["simplex"]), 2.0 / 7)
     # every point of a sphere is a projection of 0; optax 0.2.8 returns NaN (l2) or 0 (l1, off
     # the sphere): gradtx returns the point with equal elements
-    np.testing.assert_allclose(leaves(gp.projection_l2_sphere(zero, 2.0)), 2.0 / np.sqrt(7))
-    np.testing.assert_allclose(leaves(gp.projection_l1_sphere(zero, 2.0)), 2.0 / 7)
-    assert np.all(np.isnan(leaves(op.projection_l2_sphere(zero, 2.0))))
+    np.testing.assert_allclose(leaves(out["l2_sphere"]), 2.0 / np.sqrt(7))
+    np.testing.assert_allclose(leaves(out["l1_sphere"]), 2.0 / 7)
+    assert np.all(np.isnan(leaves(out["optax_l2_sphere"])))
     # the gradient of the l2 ball at 0 is the identity, and finite
-    g = jax.grad(lambda t: optax.tree.sum(gp.projection_l2_ball(t, 1.0)))(zero)
-    np.testing.assert_array_equal(leaves(g), 1.0)
+    np.testing.assert_array_equal(leaves(out["grad"]), 1.0)
     # projection onto the line spanned by a = 0 is the point 0 (optax: NaN)
-    np.testing.assert_array_equal(leaves(gp.projection_vector(x, zero)), 0.0)
+    np.testing.assert_array_equal(leaves(out["vector"]), 0.0)
 
 
 def test_affine_sets_with_a_zero_normal():
-    x = {"a": jnp.asarray([1.0, -2.0])}
-    zero = {"a": jnp.zeros(2)}
+    @jax.jit  # one program for every value below
+    def values(x, zero, a):
+        hyper, half = gp.projection_hyperplane, gp.projection_halfspace
+        return {
+            "whole": [hyper(x, zero, 0.0), half(x, zero, 0.0), half(x, zero, 1.0)],
+            "empty": [hyper(x, zero, 1.0), half(x, zero, -1.0)],
+            "grad": jax.grad(lambda a: optax.tree.sum(half(x, a, 0.5)))(a),
+        }
+
+    x = {"a": np.asarray([1.0, -2.0], np.float32)}
+    out = values(x, {"a": np.zeros(2, np.float32)}, {"a": np.asarray([1.0, 1.0], np.float32)})
     # the whole space: x itself (optax returns NaN for b = 0)
-    np.testing.assert_array_equal(gp.projection_hyperplane(x, zero, 0.0)["a"], x["a"])
-    np.testing.assert_array_equal(gp.projection_halfspace(x, zero, 0.0)["a"], x["a"])
-    np.testing.assert_array_equal(gp.projection_halfspace(x, zero, 1.0)["a"], x["a"])
+    for p in out["whole"]:  # hyperplane b = 0, halfspace b = 0 and 1
+        np.testing.assert_array_equal(p["a"], x["a"])
     # an empty set: no projection exists, NaN
-    assert np.all(np.isnan(gp.projection_hyperplane(x, zero, 1.0)["a"]))
-    assert np.all(np.isnan(gp.projection_halfspace(x, zero, -1.0)["a"]))
+    for p in out["empty"]:  # hyperplane b = 1, halfspace b = -1
+        assert np.all(np.isnan(p["a"]))
     # a gradient through a non-degenerate case stays finite
-    g = jax.grad(lambda a: optax.tree.sum(gp.projection_halfspace(x, a, 0.5)))(
-        {"a": jnp.asarray([1.0, 1.0])}
-    )
-    assert np.all(np.isfinite(g["a"]))
+    assert np.all(np.isfinite(out["grad"]["a"]))
 
 
 def test_l1_sphere_with_zero_elements_inside_the_ball():
     # optax keeps sign(0) = 0 and lands off the sphere ([0.55, 0]); either sign is optimal
-    x = jnp.asarray([0.1, 0.0], jnp.float32)
-    ours = np.asarray(gp.projection_l1_sphere(x, 1.0))
+    x = np.asarray([0.1, 0.0], np.float32)
+    both = jax.jit(lambda x: (gp.projection_l1_sphere(x, 1.0), op.projection_l1_sphere(x, 1.0)))
+    ours, theirs = (np.asarray(p) for p in both(x))
     np.testing.assert_allclose(ours, [0.55, 0.45], rtol=1e-6)
-    theirs = np.asarray(op.projection_l1_sphere(x, 1.0))
     np.testing.assert_allclose(theirs, [0.55, 0.0], rtol=1e-6)  # |.|_1 = 0.55: not on the sphere
     # the nearest point of the sphere |y1| + |y2| = 1, by brute force over its 4 edges
     t = np.linspace(0.0, 1.0, 20001)
@@ -304,16 +321,10 @@ def test_l1_sphere_with_zero_elements_inside_the_ball():
 
 
 def test_scale_zero_gives_zeros():
-    tree = {"a": jnp.asarray([1.0, -2.0, 3.0]), "b": jnp.asarray(-0.5)}
-    for name in (
-        "projection_simplex",
-        "projection_l1_sphere",
-        "projection_l1_ball",
-        "projection_l2_sphere",
-        "projection_l2_ball",
-        "projection_linf_ball",
-    ):
-        out = getattr(gp, name)(tree, 0.0)
+    tree = {"a": np.asarray([1.0, -2.0, 3.0], np.float32), "b": np.asarray(-0.5, np.float32)}
+    names = [name for name, _ in SCALED]
+    outs = jax.jit(lambda t: [getattr(gp, name)(t, 0.0) for name in names])(tree)  # one program
+    for name, out in zip(names, outs, strict=True):
         assert all(np.all(np.asarray(x) == 0) for x in jax.tree.leaves(out)), name
 
 

@@ -5,6 +5,7 @@ directly."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, NamedTuple
 
@@ -33,11 +34,16 @@ MIXED_PATHS = [
 
 def test_zeros_ones_full_like_keep_structure_and_choose_dtype():
     params = mixed_params()
-    for fn, value in ((tree.zeros_like, 0.0), (tree.ones_like, 1.0)):
-        out = fn(params)
+
+    @jax.jit  # one compilation for all cases
+    def created(params):
+        full = tree.full_like(params, 3, dtype=jnp.bfloat16)
+        return tree.zeros_like(params), tree.ones_like(params), full
+
+    zeros, ones, full = created(params)
+    for out, value in ((zeros, 0.0), (ones, 1.0)):
         assert jax.tree.structure(out) == jax.tree.structure(params)
         assert all(np.all(np.asarray(x) == value) for x in jax.tree.leaves(out))
-    full = tree.full_like(params, 3, dtype=jnp.bfloat16)
     assert all(
         x.dtype == jnp.bfloat16 and np.all(np.float32(x) == 3) for x in jax.tree.leaves(full)
     )
@@ -53,29 +59,41 @@ def test_creation_from_shape_dtype_structs():
 
 def test_cast_and_cast_like():
     params = mixed_params()
-    half = tree.cast(params, jnp.bfloat16)
+
+    @jax.jit
+    def cast_and_back(params):
+        half = tree.cast(params, jnp.bfloat16)
+        return half, tree.cast_like(half, params)
+
+    half, back = cast_and_back(params)
     assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(half))
     assert tree.cast(params, None) is params
-    back = tree.cast_like(half, params)
     assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(back))
 
 
 def test_arithmetic_matches_numpy_and_keeps_first_dtype():
     x, y = mixed_params(1), mixed_params(2)
     xs, ys = leaves64(x), leaves64(y)
-    cases = [
-        (tree.add(x, y, y), [a + 2 * b for a, b in zip(xs, ys, strict=True)]),
-        (tree.sub(x, y), [a - b for a, b in zip(xs, ys, strict=True)]),
-        (tree.mul(x, y), [a * b for a, b in zip(xs, ys, strict=True)]),
-        (tree.scale(0.5, x), [0.5 * a for a in xs]),
-        (tree.add_scale(x, -2.0, y), [a - 2.0 * b for a, b in zip(xs, ys, strict=True)]),
+
+    @jax.jit  # one compilation for all cases
+    def all_cases(x, y):
+        ours = [tree.add(x, y, y), tree.sub(x, y), tree.mul(x, y), tree.scale(0.5, x)]
+        ours.append(tree.add_scale(x, -2.0, y))
+        return ours, tree.scale(jnp.float32(2), tree.cast(x, jnp.bfloat16))
+
+    ours, scaled_half = all_cases(x, y)
+    wants = [
+        [a + 2 * b for a, b in zip(xs, ys, strict=True)],
+        [a - b for a, b in zip(xs, ys, strict=True)],
+        [a * b for a, b in zip(xs, ys, strict=True)],
+        [0.5 * a for a in xs],
+        [a - 2.0 * b for a, b in zip(xs, ys, strict=True)],
     ]
-    for got, want in cases:
+    for got, want in zip(ours, wants, strict=True):
         assert jax.tree.structure(got) == jax.tree.structure(x)
         for g, w in zip(leaves64(got), want, strict=True):
             np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
-    half = tree.cast(x, jnp.bfloat16)
-    assert all(v.dtype == jnp.bfloat16 for v in jax.tree.leaves(tree.scale(jnp.float32(2), half)))
+    assert all(v.dtype == jnp.bfloat16 for v in jax.tree.leaves(scaled_half))
     with pytest.raises(ValueError, match="at least one tree"):
         tree.add()
 
@@ -83,33 +101,43 @@ def test_arithmetic_matches_numpy_and_keeps_first_dtype():
 def test_vdot_sum_and_norms():
     x, y = mixed_params(1), mixed_params(2)
     xs, ys = leaves64(x), leaves64(y)
-    np.testing.assert_allclose(
-        tree.vdot(x, y), sum(np.vdot(a, b) for a, b in zip(xs, ys, strict=True)), 1e-5
-    )
-    np.testing.assert_allclose(tree.sum(x), sum(a.sum() for a in xs), atol=1e-5)
+
+    @jax.jit  # one compilation for all cases
+    def all_cases(x, y):
+        norms = [tree.norm(x), tree.norm(x, squared=True), tree.norm(x, ord=1)]
+        norms.append(tree.norm(x, ord=jnp.inf))
+        return tree.vdot(x, y), tree.sum(x), norms, tree.norm({}), tree.sum({})
+
+    vdot, total, (two, squared, one, inf), empty_norm, empty_sum = all_cases(x, y)
+    np.testing.assert_allclose(vdot, sum(np.vdot(a, b) for a, b in zip(xs, ys, strict=True)), 1e-5)
+    np.testing.assert_allclose(total, sum(a.sum() for a in xs), atol=1e-5)
     flat = np.concatenate([a.ravel() for a in xs])
-    np.testing.assert_allclose(tree.norm(x), np.linalg.norm(flat), rtol=1e-6)
-    np.testing.assert_allclose(tree.norm(x, squared=True), flat @ flat, rtol=1e-6)
-    np.testing.assert_allclose(tree.norm(x, ord=1), np.abs(flat).sum(), rtol=1e-6)
-    np.testing.assert_allclose(tree.norm(x, ord=jnp.inf), np.abs(flat).max(), rtol=1e-6)
-    assert float(tree.norm({})) == 0.0 and float(tree.sum({})) == 0.0
+    np.testing.assert_allclose(two, np.linalg.norm(flat), rtol=1e-6)
+    np.testing.assert_allclose(squared, flat @ flat, rtol=1e-6)
+    np.testing.assert_allclose(one, np.abs(flat).sum(), rtol=1e-6)
+    np.testing.assert_allclose(inf, np.abs(flat).max(), rtol=1e-6)
+    assert float(empty_norm) == 0.0 and float(empty_sum) == 0.0
     with pytest.raises(ValueError, match="ord must be 1, 2 or inf"):
         tree.norm(x, ord=3)
 
 
 def test_global_norm_of_bf16_leaves_accumulates_in_float32():
     # 2**16 elements of 1/16: a bf16 running sum would stall far below the true 16.
-    leaf = jnp.full((2**16,), 1.0 / 16, jnp.bfloat16)
-    n = tree.norm({"a": leaf, "b": [leaf]})
+    leaf = jax.device_put(np.full((2**16,), 1.0 / 16, jnp.bfloat16))
+    n = jax.jit(lambda leaf: tree.norm({"a": leaf, "b": [leaf]}))(leaf)
     assert n.dtype == jnp.float32
     np.testing.assert_allclose(n, np.sqrt(2 * 2**16 / 256), rtol=1e-6)
 
 
 def test_where_with_scalar_and_tree_conditions():
-    x, y = {"a": jnp.ones(2), "b": jnp.zeros(1)}, {"a": jnp.zeros(2), "b": jnp.ones(1)}
-    assert np.all(tree.where(True, x, y)["a"] == 1)
-    out = tree.where({"a": False, "b": True}, x, y)
-    assert np.all(out["a"] == 0) and np.all(out["b"] == 0)
+    x = jax.device_put({"a": np.ones(2, np.float32), "b": np.zeros(1, np.float32)})
+    y = jax.device_put({"a": np.zeros(2, np.float32), "b": np.ones(1, np.float32)})
+    scalar, tree_condition = jax.jit(
+        lambda x, y: (tree.where(True, x, y), tree.where({"a": False, "b": True}, x, y))
+    )(x, y)
+    assert np.all(np.asarray(scalar["a"]) == 1)
+    assert np.all(np.asarray(tree_condition["a"]) == 0)
+    assert np.all(np.asarray(tree_condition["b"]) == 0)
 
 
 def test_map_with_path_and_paths():
@@ -123,7 +151,7 @@ def test_map_with_path_and_paths():
 
 def test_map_split_returns_one_tree_per_output():
     params = mixed_params()
-    a, b = tree.map_split(lambda x: (x + 1, x * 2), 2, params)
+    a, b = jax.jit(lambda p: tree.map_split(lambda x: (x + 1, x * 2), 2, p))(params)
     for x, u, v in zip(leaves64(params), leaves64(a), leaves64(b), strict=True):
         np.testing.assert_allclose(u, x + 1, rtol=1e-6)
         np.testing.assert_allclose(v, 2 * x, rtol=1e-6)
@@ -267,6 +295,12 @@ def _trees(n: int = 3) -> list[dict]:
     return [small_params(seed) for seed in range(n)]
 
 
+def _ones(shape: Any, dtype: Any = np.float32) -> jax.Array:
+    """A device array of ones, put there from NumPy (`jnp.ones` compiles a program per shape and
+    dtype)."""
+    return jax.device_put(np.ones(shape, dtype))
+
+
 # Signatures: (argument names, kinds, defaults) as Optax's, except where documented.
 _SIGNATURE_DIFFERENCES = {
     # gradtx.tree.add also takes one tree (returned as it is); a missing tree is an error.
@@ -297,10 +331,10 @@ def test_every_optax_tree_function_exists_with_optax_signature(name):
 
 def test_leafwise_arithmetic_matches_optax():
     x, y, z = _trees()
-    y_pos = jax.tree.map(lambda v: jnp.abs(v) + 0.5, y)
 
     @jax.jit  # one compilation for all cases
-    def all_cases(x, y, z, y_pos):
+    def all_cases(x, y, z):
+        y_pos = jax.tree.map(lambda v: jnp.abs(v) + 0.5, y)
         return [
             (tree.add(x, y), optax.tree.add(x, y)),
             (tree.add(x, y, z), optax.tree.add(x, y, z)),
@@ -319,46 +353,67 @@ def test_leafwise_arithmetic_matches_optax():
             (tree.batch_shape(x), optax.tree.batch_shape(x)),
         ]
 
-    for got, want in all_cases(x, y, z, y_pos):
+    for got, want in all_cases(x, y, z):
         _close(got, want)
 
 
 def test_integer_leaves_are_not_truncated_and_divide_to_floats():
-    ints = {"a": jnp.arange(1, 4, dtype=jnp.int32), "b": [jnp.asarray(7, jnp.int32)]}
-    twos = jax.tree.map(lambda v: jnp.full_like(v, 2), ints)
-    _close(tree.scale(0.5, ints), optax.tree.scale(0.5, ints))
-    _close(tree.add_scale(ints, 0.5, ints), optax.tree.add_scale(ints, 0.5, ints))
-    _close(tree.div(ints, twos), optax.tree.div(ints, twos))
-    _close(tree.add(ints, twos), optax.tree.add(ints, twos))
-    assert tree.scale(0.5, ints)["a"].dtype == jnp.float32
-    assert tree.mul(ints, twos)["a"].dtype == jnp.int32
+    ints = jax.device_put({"a": np.arange(1, 4, dtype=np.int32), "b": [np.int32(7)]})
+    twos = jax.tree.map(lambda v: np.full_like(v, 2), ints)
+
+    @jax.jit  # one compilation for all cases
+    def all_cases(ints, twos):
+        return [
+            (tree.scale(0.5, ints), optax.tree.scale(0.5, ints)),
+            (tree.add_scale(ints, 0.5, ints), optax.tree.add_scale(ints, 0.5, ints)),
+            (tree.div(ints, twos), optax.tree.div(ints, twos)),
+            (tree.add(ints, twos), optax.tree.add(ints, twos)),
+        ], tree.mul(ints, twos)
+
+    cases, product = all_cases(ints, twos)
+    for got, want in cases:
+        _close(got, want)
+    assert cases[0][0]["a"].dtype == jnp.float32
+    assert product["a"].dtype == jnp.int32
 
 
 def test_complex_leaves_conj_real_and_arithmetic_match_optax():
-    c = {"a": jnp.asarray([1 + 2j, -3 - 1j], jnp.complex64), "b": jnp.asarray(0.5 - 2j)}
-    for got, want in (
-        (tree.conj(c), optax.tree.conj(c)),
-        (tree.real(c), optax.tree.real(c)),
-        (tree.mul(c, c), optax.tree.mul(c, c)),
-        (tree.scale(2.0, c), optax.tree.scale(2.0, c)),
-    ):
+    c = {"a": np.asarray([1 + 2j, -3 - 1j], np.complex64), "b": np.complex64(0.5 - 2j)}
+
+    @jax.jit  # one compilation for all cases
+    def all_cases(c):
+        return [
+            (tree.conj(c), optax.tree.conj(c)),
+            (tree.real(c), optax.tree.real(c)),
+            (tree.mul(c, c), optax.tree.mul(c, c)),
+            (tree.scale(2.0, c), optax.tree.scale(2.0, c)),
+        ]
+
+    for got, want in all_cases(jax.device_put(c)):
         _close(got, want)
 
 
 def test_arithmetic_keeps_bf16_where_optax_promotes():
     # Deliberate: a float32 operand does not promote bf16 updates (Optax returns float32).
-    half = tree.cast(small_params(), jnp.bfloat16)
-    scaled = tree.scale(jnp.float32(0.5), half)
+
+    @jax.jit
+    def both(x):
+        half = tree.cast(x, jnp.bfloat16)
+        want = optax.tree.scale(jnp.float32(0.5), half)
+        return tree.scale(jnp.float32(0.5), half), optax.tree.cast(want, jnp.bfloat16)
+
+    scaled, want = both(small_params())
     assert all(v.dtype == jnp.bfloat16 for v in jax.tree.leaves(scaled))
-    want = optax.tree.scale(jnp.float32(0.5), half)
-    _close(scaled, optax.tree.cast(want, jnp.bfloat16), rtol=1e-2)
+    _close(scaled, want, rtol=1e-2)
 
 
 def test_none_in_the_first_tree_and_numpy_leaves_as_optax():
-    m = jnp.arange(3.0)
+    m = jax.device_put(np.arange(3.0, dtype=np.float32))
     assert tree.add_scale(None, 1.0, m) is None is optax.tree.add_scale(None, 1.0, m)
     x, y = {"a": None, "b": m}, {"a": m, "b": m}
-    _close(tree.add_scale(x, 2.0, y), optax.tree.add_scale(x, 2.0, y))
+    _close(
+        *jax.jit(lambda x, y: (tree.add_scale(x, 2.0, y), optax.tree.add_scale(x, 2.0, y)))(x, y)
+    )
     # NumPy leaves stay NumPy (float64), as Optax's operators leave them.
     a, b = np.linspace(1.0, 2.0, 4), np.linspace(3.0, 4.0, 4)
     for ours, theirs in ((tree.div, optax.tree.div), (tree.sub, optax.tree.sub)):
@@ -381,36 +436,60 @@ def test_add_of_a_single_tree_and_of_none():
 
 def test_reductions_match_optax():
     x, y, _ = _trees()
-    for got, want in (
-        (tree.sum(x), optax.tree.sum(x)),
-        (tree.sum(x, associative_reduction=True), optax.tree.sum(x, True)),
-        (tree.max(x), optax.tree.max(x)),
-        (tree.min(x), optax.tree.min(x)),
-        (tree.vdot(x, y), optax.tree.vdot(x, y)),
-        (tree.size(x), optax.tree.size(x)),
-    ):
+
+    @jax.jit  # one compilation for all cases
+    def all_cases(x, y):
+        return [
+            (tree.sum(x), optax.tree.sum(x)),
+            (tree.sum(x, associative_reduction=True), optax.tree.sum(x, True)),
+            (tree.max(x), optax.tree.max(x)),
+            (tree.min(x), optax.tree.min(x)),
+            (tree.vdot(x, y), optax.tree.vdot(x, y)),
+        ]
+
+    for got, want in [*all_cases(x, y), (tree.size(x), optax.tree.size(x))]:
         np.testing.assert_allclose(got, want, rtol=1e-6)
         assert jnp.asarray(got).dtype == jnp.asarray(want).dtype
 
 
-@pytest.mark.parametrize(
-    "ord_", [None, 2, 1, jnp.inf, "inf", "infinity", float("inf")], ids=lambda o: repr(o)
-)
+ORDS = [None, 2, 1, jnp.inf, "inf", "infinity", float("inf")]
+
+
+@functools.cache
+def _norms_of_every_ord() -> dict:
+    """(ours, ours with positional arguments, Optax's) for every (ord, squared), in one program."""
+
+    @jax.jit
+    def all_cases(x):
+        return {
+            (i, squared): (
+                tree.norm(x, ord=ord_, squared=squared),
+                tree.norm(x, ord_, squared),  # positional, as Optax's signature allows
+                optax.tree.norm(x, ord=ord_, squared=squared),
+            )
+            for i, ord_ in enumerate(ORDS)
+            for squared in (False, True)
+        }
+
+    return all_cases(small_params(3))
+
+
+@pytest.mark.parametrize("i", range(len(ORDS)), ids=lambda i: repr(ORDS[i]))
 @pytest.mark.parametrize("squared", [False, True])
-def test_norm_matches_optax_for_every_ord(ord_, squared):
-    x = small_params(3)
-    got = tree.norm(x, ord=ord_, squared=squared)
-    want = optax.tree.norm(x, ord=ord_, squared=squared)
+def test_norm_matches_optax_for_every_ord(i, squared):
+    got, positional, want = _norms_of_every_ord()[i, squared]
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert got.dtype == want.dtype == jnp.float32
-    # Positional, as Optax's signature allows.
-    np.testing.assert_allclose(tree.norm(x, ord_, squared), want, rtol=1e-6)
+    np.testing.assert_allclose(positional, want, rtol=1e-6)
 
 
 def test_norm_of_complex_leaves_matches_optax():
-    c = {"a": jnp.asarray([1 + 2j, -3 - 1j], jnp.complex64), "b": jnp.asarray([0.5j])}
-    for ord_ in (None, 1, jnp.inf):
-        np.testing.assert_allclose(tree.norm(c, ord_), optax.tree.norm(c, ord_), rtol=1e-6)
+    c = {"a": np.asarray([1 + 2j, -3 - 1j], np.complex64), "b": np.asarray([0.5j], np.complex64)}
+    norms = jax.jit(
+        lambda c: [(tree.norm(c, o), optax.tree.norm(c, o)) for o in (None, 1, jnp.inf)]
+    )
+    for got, want in norms(jax.device_put(c)):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 def test_norm_rejects_an_unknown_ord():
@@ -419,26 +498,44 @@ def test_norm_rejects_an_unknown_ord():
 
 
 def test_integer_and_complex_sums_match_optax():
-    ints = {"a": jnp.arange(5, dtype=jnp.int32), "b": jnp.asarray([True, True])}
-    got, want = tree.sum(ints), optax.tree.sum(ints)
+    ints = {"a": np.arange(5, dtype=np.int32), "b": np.asarray([True, True])}
+    big = {"a": np.asarray([2**24 + 1], np.int32)}  # exact, not rounded through float32
+    c = {"a": np.asarray([1 + 2j, -3 - 1j], np.complex64), "b": np.float32(2.0)}
+
+    @jax.jit  # one compilation for all cases
+    def sums(ints, big, c):
+        return (
+            (tree.sum(ints), optax.tree.sum(ints)),
+            tree.sum(big),
+            (tree.sum(c), optax.tree.sum(c)),
+        )
+
+    (got, want), big_sum, (c_got, c_want) = sums(*jax.device_put((ints, big, c)))
     assert got.dtype == want.dtype == jnp.int32 and int(got) == int(want) == 12
-    big = {"a": jnp.asarray([2**24 + 1], jnp.int32)}  # exact, not rounded through float32
-    assert int(tree.sum(big)) == 2**24 + 1
-    c = {"a": jnp.asarray([1 + 2j, -3 - 1j], jnp.complex64), "b": jnp.asarray(2.0)}
-    got, want = tree.sum(c), optax.tree.sum(c)
-    assert got.dtype == want.dtype == jnp.complex64
-    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert int(big_sum) == 2**24 + 1
+    assert c_got.dtype == c_want.dtype == jnp.complex64
+    np.testing.assert_allclose(c_got, c_want, rtol=1e-6)
 
 
 def test_max_min_skip_empty_leaves_and_give_infinities_for_no_elements():
-    x = {"a": jnp.zeros((0,)), "b": jnp.asarray([3.0, -1.0]), "c": None}
-    assert float(tree.max(x)) == float(optax.tree.max(x)) == 3.0
-    assert float(tree.min(x)) == float(optax.tree.min(x)) == -1.0
-    empty = {"a": jnp.zeros((0,))}
-    assert float(tree.max(empty)) == float(optax.tree.max(empty)) == -np.inf
-    assert float(tree.min(empty)) == float(optax.tree.min(empty)) == np.inf
-    ints = {"a": jnp.arange(4, dtype=jnp.int32)}
-    assert tree.max(ints).dtype == jnp.asarray(optax.tree.max(ints)).dtype
+    x = {"a": np.zeros((0,), np.float32), "b": np.asarray([3.0, -1.0], np.float32), "c": None}
+    empty = {"a": np.zeros((0,), np.float32)}
+    ints = {"a": np.arange(4, dtype=np.int32)}
+
+    @jax.jit  # one compilation for all cases
+    def all_cases(x, empty, ints):
+        return [
+            (tree.max(x), optax.tree.max(x)),
+            (tree.min(x), optax.tree.min(x)),
+            (tree.max(empty), optax.tree.max(empty)),
+            (tree.min(empty), optax.tree.min(empty)),
+            (tree.max(ints), optax.tree.max(ints)),
+        ]
+
+    *floats, (int_max, int_want) = all_cases(*jax.device_put((x, empty, ints)))
+    for (got, want), value in zip(floats, (3.0, -1.0, -np.inf, np.inf), strict=True):
+        assert float(got) == float(want) == value
+    assert int_max.dtype == jnp.asarray(int_want).dtype
 
 
 @pytest.mark.parametrize("size", [2, 8192])
@@ -456,24 +553,32 @@ def test_max_min_and_the_infinity_norm_keep_a_nan(size):
 def test_reductions_differ_from_optax_only_in_a_wider_accumulator():
     # Deliberate: bf16 leaves are summed / normed in float32 (Optax: bf16), an empty tree's
     # inf-norm is 0 (Optax: -inf). vdot is Optax's (complex for complex leaves).
-    half = tree.cast(small_params(), jnp.bfloat16)
-    assert tree.sum(half).dtype == jnp.float32 and tree.norm(half).dtype == jnp.float32
-    np.testing.assert_allclose(tree.sum(half), optax.tree.sum(half).astype(jnp.float32), 1e-2)
-    assert float(tree.norm({}, ord=jnp.inf)) == 0.0
-    c = {"a": jnp.asarray([1 + 2j], jnp.complex64)}
-    np.testing.assert_allclose(tree.vdot(c, c), optax.tree.vdot(c, c), rtol=1e-6)
-    d = {"a": jnp.asarray([1 + 2j], jnp.complex64), "b": jnp.ones(2)}
-    e = {"a": jnp.asarray([3 - 1j], jnp.complex64), "b": jnp.ones(2)}
-    np.testing.assert_allclose(tree.vdot(d, e), optax.tree.vdot(d, e), rtol=1e-6)
-    assert tree.vdot(d, e).dtype == jnp.complex64
+    c = {"a": np.asarray([1 + 2j], np.complex64)}
+    d = {"a": np.asarray([1 + 2j], np.complex64), "b": np.ones(2, np.float32)}
+    e = {"a": np.asarray([3 - 1j], np.complex64), "b": np.ones(2, np.float32)}
+
+    @jax.jit  # one compilation for all cases
+    def all_cases(x, c, d, e):
+        half = tree.cast(x, jnp.bfloat16)
+        sums = tree.sum(half), optax.tree.sum(half).astype(jnp.float32)
+        vdots = [(tree.vdot(c, c), optax.tree.vdot(c, c)), (tree.vdot(d, e), optax.tree.vdot(d, e))]
+        return sums, tree.norm(half), tree.norm({}, ord=jnp.inf), vdots
+
+    (ours, theirs), norm, empty_inf, vdots = all_cases(small_params(), *jax.device_put((c, d, e)))
+    assert ours.dtype == jnp.float32 and norm.dtype == jnp.float32
+    np.testing.assert_allclose(ours, theirs, 1e-2)
+    assert float(empty_inf) == 0.0
+    for got, want in vdots:
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert vdots[1][0].dtype == jnp.complex64
 
 
 def test_allclose_matches_optax():
-    x = small_params()
-    near = tree.add_scale(x, 1e-7, tree.ones_like(x))
-    far = tree.add_scale(x, 1e-2, tree.ones_like(x))
-    nan = {"a": jnp.asarray([np.nan, 1.0])}
-    for a, b, kw in (
+    x = jax.tree.map(np.asarray, small_params())
+    near = jax.tree.map(lambda v: v + np.float32(1e-7), x)
+    far = jax.tree.map(lambda v: v + np.float32(1e-2), x)
+    nan = {"a": np.asarray([np.nan, 1.0], np.float32)}
+    cases = (
         (x, near, {}),
         (x, far, {}),
         (x, far, {"atol": 0.1}),
@@ -481,8 +586,16 @@ def test_allclose_matches_optax():
         (nan, nan, {}),
         (nan, nan, {"equal_nan": True}),
         ({}, {}, {}),
-    ):
-        got, want = tree.allclose(a, b, **kw), optax.tree.allclose(a, b, **kw)
+    )
+
+    @jax.jit  # one compilation for all cases
+    def all_cases(trees):
+        return [
+            (tree.allclose(a, b, **kw), optax.tree.allclose(a, b, **kw))
+            for (a, b), (_, _, kw) in zip(trees, cases, strict=True)
+        ]
+
+    for got, want in all_cases(jax.device_put([(a, b) for a, b, _ in cases])):
         assert bool(got) == bool(want)
 
 
@@ -493,23 +606,28 @@ def test_allclose_matches_optax():
 
 def test_creation_and_casting_match_optax():
     x = small_params()
-    for got, want in (
-        (tree.zeros_like(x), optax.tree.zeros_like(x)),
-        (tree.ones_like(x, jnp.bfloat16), optax.tree.ones_like(x, jnp.bfloat16)),
-        (tree.full_like(x, 3.5), optax.tree.full_like(x, 3.5)),
-        (tree.full_like(x, 2, dtype=jnp.int32), optax.tree.full_like(x, 2, dtype=jnp.int32)),
-        (tree.cast(x, jnp.float16), optax.tree.cast(x, jnp.float16)),
-    ):
+
+    @jax.jit  # one compilation for all cases
+    def all_cases(x):
+        return [
+            (tree.zeros_like(x), optax.tree.zeros_like(x)),
+            (tree.ones_like(x, jnp.bfloat16), optax.tree.ones_like(x, jnp.bfloat16)),
+            (tree.full_like(x, 3.5), optax.tree.full_like(x, 3.5)),
+            (tree.full_like(x, 2, dtype=jnp.int32), optax.tree.full_like(x, 2, dtype=jnp.int32)),
+            (tree.cast(x, jnp.float16), optax.tree.cast(x, jnp.float16)),
+        ]
+
+    for got, want in all_cases(x):
         _close(got, want)
     assert tree.cast(x, None) is x
-    other = {"a": jnp.zeros(2, jnp.bfloat16), "b": 1.0}  # a leaf without a dtype is kept
-    src = {"a": jnp.ones(2), "b": jnp.ones(3)}
+    other = {"a": _ones(2, jnp.bfloat16), "b": 1.0}  # a leaf without a dtype is kept
+    src = {"a": _ones(2), "b": _ones(3)}
     _close(tree.cast_like(src, other), optax.tree.cast_like(src, other))
 
 
 def test_dtype_matches_optax_for_every_handler():
-    same = {"a": jnp.ones(2), "b": [jnp.zeros(())]}
-    mixed = {"a": jnp.ones(2, jnp.float16), "b": jnp.ones(2, jnp.float32)}
+    same = {"a": _ones(2), "b": [_ones(())]}
+    mixed = {"a": _ones(2, jnp.float16), "b": _ones(2, jnp.float32)}
     for t, handler in (
         (same, None),
         (mixed, "promote"),
@@ -518,13 +636,13 @@ def test_dtype_matches_optax_for_every_handler():
         ({}, None),
     ):
         assert tree.dtype(t, handler) == optax.tree.dtype(t, handler)
-    unordered = {"a": jnp.ones(2, jnp.int32), "b": jnp.ones(2, jnp.uint32)}
+    unordered = {"a": _ones(2, jnp.int32), "b": _ones(2, jnp.uint32)}
     assert tree.dtype(unordered, "promote") == optax.tree.dtype(unordered, "promote")
     with pytest.raises(ValueError, match=r"different dtypes.*\['b'\]: float32"):
         tree.dtype(mixed)
     assert tree.dtype(unordered, "highest") == optax.tree.dtype(unordered, "highest")
     assert tree.dtype(unordered, "lowest") == optax.tree.dtype(unordered, "lowest")
-    halves = {"a": jnp.ones(2, jnp.bfloat16), "b": jnp.ones(2, jnp.float16)}
+    halves = {"a": _ones(2, jnp.bfloat16), "b": _ones(2, jnp.float16)}
     assert tree.dtype(halves, "promote") == optax.tree.dtype(halves, "promote")
     for handler in ("highest", "lowest"):
         with pytest.raises(ValueError):
@@ -574,18 +692,32 @@ def test_moment_updates_match_optax_over_several_steps():
 
 
 def test_moment_updates_of_complex_leaves_and_none_match_optax():
-    g = {"a": jnp.asarray([1 + 2j, -3 - 1j], jnp.complex64), "none": None}
-    m = {"a": jnp.asarray([0.5, 0.25], jnp.float32), "none": None}
-    for order in (1, 2, 3):
-        _close(
-            tree.update_moment_per_elem_norm(g, m, 0.9, order),
-            optax.tree.update_moment_per_elem_norm(g, m, 0.9, order),
-            rtol=1e-6,
+    g = {"a": np.asarray([1 + 2j, -3 - 1j], np.complex64), "none": None}
+    m = {"a": np.asarray([0.5, 0.25], np.float32), "none": None}
+    half = {"a": np.ones(2, jnp.bfloat16)}
+
+    @jax.jit  # one compilation for all cases
+    def all_cases(g, m, half):
+        per_elem_norm = [
+            (
+                tree.update_moment_per_elem_norm(g, m, 0.9, order),
+                optax.tree.update_moment_per_elem_norm(g, m, 0.9, order),
+            )
+            for order in (1, 2, 3)
+        ]
+        return (
+            per_elem_norm,
+            (tree.update_moment(g, g, 0.9, 2), optax.tree.update_moment(g, g, 0.9, 2)),
+            (tree.bias_correction(m, 0.999, 3), optax.tree.bias_correction(m, 0.999, 3)),
+            tree.bias_correction(half, 0.9, 2),
         )
-    _close(tree.update_moment(g, g, 0.9, 2), optax.tree.update_moment(g, g, 0.9, 2))
-    _close(tree.bias_correction(m, 0.999, 3), optax.tree.bias_correction(m, 0.999, 3))
-    half = {"a": jnp.ones(2, jnp.bfloat16)}
-    assert tree.bias_correction(half, 0.9, 2)["a"].dtype == jnp.bfloat16
+
+    per_elem_norm, moment, corrected, half_corrected = all_cases(*jax.device_put((g, m, half)))
+    for got, want in per_elem_norm:
+        _close(got, want, rtol=1e-6)
+    _close(*moment)
+    _close(*corrected)
+    assert half_corrected["a"].dtype == jnp.bfloat16
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -15,7 +16,8 @@ from gradtx import schedules as S
 from gradtx.schedules._common import as_step
 
 from ..helpers import enable_x64
-from .common import INT32_MAX, assert_schedule, boundary_steps, curve
+from .common import INT32_MAX, boundary_steps
+from .folded import at, check, checked, curve_of, fold
 
 
 def optax_values(schedule, steps, jit: bool = True):
@@ -84,54 +86,100 @@ OPTAX_CASES = [
 ]
 
 
+# Optax 0.2.8's polynomial_schedule with a fractional power is NaN under jax.jit from the end of
+# the transition on (XLA turns t / T into t * (1/T), so 1 - T/T < 0); it is right eagerly, so that
+# case uses Optax's eager values.
+EAGER_OPTAX = {"polynomial_fractional"}
+ALIAS_KWARGS = dict(
+    init_value=1.0, end_value=0.1, power=3.0, transition_steps=9, transition_begin=2
+)
+MULTISTEP = (0.8, 0.3, [4, 9, 9, 20])  # init, gamma, milestones
+NOAM = (512, 40)  # d_model, warmup
+ENDS = [(0.0, 0.1), (1e-3, 0.0), (0.3, 0.1), (2.0, 5.0)]  # (init, end)
+
+
+def _cases():
+    """Every schedule this module evaluates under jit (with Optax's references), at once."""
+    cases = {}
+    for name, ours, ref, points in OPTAX_CASES:
+        steps = boundary_steps(*points)
+        cases["ours", name] = checked(ours, steps, eager=3)
+        if name not in EAGER_OPTAX:
+            cases["optax", name] = curve_of(ref, steps)
+    cases["fractional_end"] = at(S.polynomial(2.0, 0.5, 0.5, 17), [17, 18, 1000])
+    steps = boundary_steps(2, 11)
+    cases["alias"] = curve_of(gradtx.polynomial_schedule(**ALIAS_KWARGS), steps)
+    cases["alias_optax"] = curve_of(optax.polynomial_schedule(**ALIAS_KWARGS), steps)
+    init, gamma, milestones = MULTISTEP
+    cases["multistep"] = checked(S.multistep(init, gamma, milestones), boundary_steps(*milestones))
+    d_model, warm = NOAM
+    steps = boundary_steps(warm - 1, warm, high=400)
+    cases["noam"] = checked(S.inverse_sqrt(d_model**-0.5 * warm**-0.5, warm), steps)
+    cases["noam_peak"] = curve_of(S.inverse_sqrt(2.0, warm), [warm - 1])
+    for i, (make, _) in enumerate(DEGENERATE):
+        with warnings.catch_warnings():  # test_degenerate_... checks the warning
+            warnings.simplefilter("ignore", UserWarning)
+            cases["degenerate", i] = curve_of(make(), np.arange(0, 30, 7))
+    with warnings.catch_warnings():  # test_negative_transition_begin_... checks the warning
+        warnings.simplefilter("ignore", UserWarning)
+        cases["negative_begin"] = curve_of(S.linear(1.0, 0.0, 10, -4), range(14))
+    t = np.arange(0, 40)
+    cases["closed_polynomial"] = curve_of(S.polynomial(3.0, 1.0, 3.0, 20, 4), t)
+    cases["closed_staircase"] = curve_of(S.exponential_decay(2.0, 4, 0.5, staircase=True), t)
+    for init, end in ENDS:
+        for kind, sched in (
+            ("linear", gradtx.schedules.linear(init, end, 100)),
+            ("polynomial", gradtx.schedules.polynomial(init, end, 2.0, 100, transition_begin=5)),
+        ):
+            cases["ends", kind, init, end] = at(sched, [np.int32(0), np.int32(1000)])
+    cases["ends_zero"] = at(gradtx.schedules.linear(0.0, 0.1, 100), [np.int32(0)])
+    for kind, make in PIECEWISE:
+        for how, boundaries in (("dict", {20: 0.5, 10: 0.1}), ("pairs", [(10, 0.1), (20, 0.5)])):
+            cases["piecewise", kind, how] = curve_of(make(boundaries), range(40), array=True)
+    return cases
+
+
+CASES = fold(_cases)
+
+
 @pytest.mark.parametrize(("name", "ours", "ref", "points"), OPTAX_CASES, ids=lambda c: c)
 def test_matches_optax(name, ours, ref, points):
-    steps = boundary_steps(*points)
-    # Optax 0.2.8's polynomial_schedule with a fractional power is NaN under jax.jit from the
-    # end of the transition on (XLA turns t / T into t * (1/T), so 1 - T/T < 0); it is right
-    # eagerly, so that case uses Optax's eager values.
-    jit = name != "polynomial_fractional"
-    assert_schedule(ours, optax_values(ref, steps, jit=jit), steps, eager=3)
+    values = CASES("ours", name)
+    if name in EAGER_OPTAX:
+        expected = optax_values(ref, values.case.steps, jit=False)
+    else:
+        expected = CASES("optax", name).curve
+    check(values, expected)
 
 
 def test_fractional_power_is_not_nan_at_the_end_under_jit():
     """Regression: 1 - tau/T computed as a float was slightly negative at tau = T under jit."""
-    schedule = jax.jit(S.polynomial(2.0, 0.5, 0.5, 17))
-    for step in [17, 18, 1000]:
-        assert float(schedule(step)) == 0.5
+    values = CASES("fractional_end")  # S.polynomial(2.0, 0.5, 0.5, 17) at 17, 18, 1000
+    assert values.case.ints == (17, 18, 1000)
+    for value in values.jitted:
+        assert float(value) == 0.5
 
 
 def test_optax_aliases_take_optax_keywords():
-    kwargs = dict(init_value=1.0, end_value=0.1, power=3.0, transition_steps=9, transition_begin=2)
-    steps = boundary_steps(2, 11)
-    np.testing.assert_allclose(
-        curve(gradtx.polynomial_schedule(**kwargs), steps),
-        optax_values(optax.polynomial_schedule(**kwargs), steps),
-        rtol=1e-6,
-    )
+    # gradtx.polynomial_schedule(**ALIAS_KWARGS) and Optax's, on boundary_steps(2, 11)
+    np.testing.assert_allclose(CASES("alias").curve, CASES("alias_optax").curve, rtol=1e-6)
     assert S.linear_schedule is S.linear and gradtx.join_schedules is S.join
 
 
 def test_multistep_matches_numpy():
-    init, gamma, milestones = 0.8, 0.3, [4, 9, 9, 20]
-    steps = boundary_steps(*milestones)
-    assert_schedule(
-        S.multistep(init, gamma, milestones),
-        lambda t: init * gamma ** sum(t >= m for m in milestones),
-        steps,
-    )
+    init, gamma, milestones = MULTISTEP
+    check(CASES("multistep"), lambda t: init * gamma ** sum(t >= m for m in milestones))
 
 
 def test_inverse_sqrt_is_the_noam_formula():
-    d_model, warm = 512, 40
-    steps = boundary_steps(warm - 1, warm, high=400)
+    d_model, warm = NOAM
 
     def noam(t):  # Vaswani et al. 2017, eq. 3, with step_num = t + 1
         s = t + 1
         return d_model**-0.5 * min(s**-0.5, s * warm**-1.5)
 
-    assert_schedule(S.inverse_sqrt(d_model**-0.5 * warm**-0.5, warm), noam, steps)
-    values = curve(S.inverse_sqrt(2.0, warm), [warm - 1])
+    check(CASES("noam"), noam)  # S.inverse_sqrt(d_model**-0.5 * warm**-0.5, warm)
+    values = CASES("noam_peak").curve  # S.inverse_sqrt(2.0, warm) at warm - 1
     np.testing.assert_allclose(values, [2.0], rtol=1e-6)  # the peak is the last warm-up step
 
 
@@ -257,6 +305,11 @@ def test_invalid_arguments_raise_at_construction(make, who, arg):
     assert "got" in message
 
 
+PIECEWISE = [
+    ("constant", lambda b: S.piecewise_constant(1.0, b)),
+    ("interpolate", lambda b: S.piecewise_interpolate("linear", 1.0, b)),
+]
+
 DEGENERATE = [
     (lambda: S.linear(1.0, 0.0, 0), "linear: transition_steps=0 <= 0 gives a constant"),
     (lambda: S.polynomial(2.0, 0.0, 2.0, -3), "polynomial: transition_steps=-3 <= 0"),
@@ -265,22 +318,26 @@ DEGENERATE = [
 ]
 
 
-@pytest.mark.parametrize(("make", "warning"), DEGENERATE)
-def test_degenerate_transitions_are_optax_constant_schedules_with_a_warning(make, warning):
+@pytest.mark.parametrize(("index", "make", "warning"), [(i, *c) for i, c in enumerate(DEGENERATE)])
+def test_degenerate_transitions_are_optax_constant_schedules_with_a_warning(index, make, warning):
     """Optax documents a constant schedule at init_value here; gradtx follows and warns."""
     with pytest.warns(UserWarning, match=warning):
         schedule = make()
     assert schedule.__name__ == "constant"
-    np.testing.assert_array_equal(curve(schedule, np.arange(0, 30, 7)), float(schedule(0)))
+    values = CASES("degenerate", index)  # the same make(), at steps 0, 7, ..., 28 under jit
+    assert values.case.schedule.__name__ == "constant"
+    np.testing.assert_array_equal(values.curve, float(schedule(0)))
     assert float(schedule(100)) in (1.0, 2.0)
 
 
 def test_negative_transition_begin_counts_from_zero_as_in_optax():
     with pytest.warns(UserWarning, match=r"linear: transition_begin=-4 < 0 counts from step 0"):
-        ours = S.linear(1.0, 0.0, 10, -4)
+        S.linear(1.0, 0.0, 10, -4)
+    # Optax's reference eagerly: under jit its end is -1.5e-8, not 0 (see the test below)
     ref = optax.linear_schedule(1.0, 0.0, 10, -4)
     t = np.arange(0, 14)
-    np.testing.assert_allclose(curve(ours, t), [float(ref(i)) for i in t], rtol=1e-6)
+    # that schedule under jit (the module's one program), at steps 0..13
+    np.testing.assert_allclose(CASES("negative_begin").curve, [float(ref(i)) for i in t], rtol=1e-6)
 
 
 def test_messages_name_the_received_value_and_fix():
@@ -293,37 +350,34 @@ def test_messages_name_the_received_value_and_fix():
 def test_float_math_matches_closed_forms():
     """Spot checks of the formulas themselves (independent of Optax)."""
     t = np.arange(0, 40)
-    got = curve(S.polynomial(3.0, 1.0, 3.0, 20, 4), t)
+    got = CASES("closed_polynomial").curve  # S.polynomial(3.0, 1.0, 3.0, 20, 4)
     tau = np.clip(t - 4, 0, 20)
     np.testing.assert_allclose(got, 2.0 * (1 - tau / 20) ** 3 + 1.0, rtol=1e-6)
-    got = curve(S.exponential_decay(2.0, 4, 0.5, staircase=True), t)
+    got = CASES("closed_staircase").curve  # S.exponential_decay(2.0, 4, 0.5, staircase=True)
     np.testing.assert_allclose(got, 2.0 * 0.5 ** (t // 4), rtol=1e-6)
     assert math.isclose(float(S.constant(0.25)(123)), 0.25)
 
 
-@pytest.mark.parametrize(("init", "end"), [(0.0, 0.1), (1e-3, 0.0), (0.3, 0.1), (2.0, 5.0)])
+@pytest.mark.parametrize(("init", "end"), ENDS)
 def test_linear_and_polynomial_hit_their_ends_exactly_under_jit(init, end):
     # XLA turns the division by T into a multiplication by 1/T, so T / T came out as 1 - ulp and
     # linear(0, 0.1, 100) started at -3.3e-9 under jit (0.0 eagerly, and in Optax).
-    for sched in (
-        gradtx.schedules.linear(init, end, 100),
-        gradtx.schedules.polynomial(init, end, 2.0, 100, transition_begin=5),
-    ):
-        jitted = jax.jit(sched)
-        eager_first = float(sched(0))
-        assert float(jitted(jnp.int32(0))) == eager_first
-        assert float(jitted(jnp.int32(0))) == pytest.approx(init, abs=1e-7)
-        assert float(jitted(jnp.int32(1000))) == np.float32(end)
-    assert float(jax.jit(gradtx.schedules.linear(0.0, 0.1, 100))(jnp.int32(0))) == 0.0
+    # The jitted values: linear(init, end, 100) and polynomial(init, end, 2.0, 100,
+    # transition_begin=5) at int32 steps 0 and 1000, in the module's one program.
+    for kind in ("linear", "polynomial"):
+        values = CASES("ends", kind, init, end)
+        first, last = (float(v) for v in values.jitted)
+        assert first == float(values.case.schedule(0))  # eagerly
+        assert first == pytest.approx(init, abs=1e-7)
+        assert last == np.float32(end)
+    assert float(CASES("ends_zero").jitted[0]) == 0.0  # linear(0.0, 0.1, 100) at int32 0
 
 
 def test_piecewise_schedules_take_step_scale_pairs_as_well_as_a_dict():
     """`gradtx.with_hyperparameters` rebuilds them from pairs (a dict key cannot be traced)."""
-    steps = jnp.arange(0, 40)
-    for make in (
-        lambda b: S.piecewise_constant(1.0, b),
-        lambda b: S.piecewise_interpolate("linear", 1.0, b),
-    ):
-        from_dict = make({20: 0.5, 10: 0.1})(steps)
-        from_pairs = make([(10, 0.1), (20, 0.5)])(steps)
+    # make({20: 0.5, 10: 0.1}) and make([(10, 0.1), (20, 0.5)]) for each make of PIECEWISE,
+    # called on the array of steps 0..39 in the module's one program (so compiled alike)
+    for kind, _ in PIECEWISE:
+        from_dict = CASES("piecewise", kind, "dict").array
+        from_pairs = CASES("piecewise", kind, "pairs").array
         np.testing.assert_array_equal(from_pairs, from_dict)

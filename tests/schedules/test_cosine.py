@@ -11,71 +11,130 @@ import pytest
 import gradtx
 from gradtx import schedules as S
 
-from .common import assert_schedule, boundary_steps, curve
-from .test_basic import optax_values
+from .common import boundary_steps
+from .folded import check, checked, curve_of, fold
+
+MATCHES = [
+    (S.cosine_decay(2.0, 25), optax.cosine_decay_schedule(2.0, 25), (25,)),
+    (
+        S.cosine_decay(2.0, 25, alpha=0.1, exponent=2.0),
+        optax.cosine_decay_schedule(2.0, 25, alpha=0.1, exponent=2.0),
+        (25,),
+    ),
+    (
+        S.warmup_cosine_decay(0.0, 1.0, 3, 28, end_value=0.1, exponent=1.5),
+        optax.warmup_cosine_decay_schedule(0.0, 1.0, 3, 28, end_value=0.1, exponent=1.5),
+        (2, 3, 28),
+    ),
+    (
+        S.warmup_cosine_decay(0.5, 1.0, 0, 13, end_value=0.2),
+        optax.warmup_cosine_decay_schedule(0.5, 1.0, 0, 13, end_value=0.2),
+        (13,),
+    ),
+    (
+        S.one_cycle(37, 1.0),
+        optax.cosine_onecycle_schedule(37, 1.0),
+        (int(0.3 * 37), 37),
+    ),
+    (
+        S.cosine_onecycle_schedule(101, 0.4, 0.29, 10.0, 100.0),
+        optax.cosine_onecycle_schedule(101, 0.4, 0.29, 10.0, 100.0),
+        (int(0.29 * 101), 101),
+    ),
+    (
+        S.linear_onecycle_schedule(37, 1.0),
+        optax.linear_onecycle_schedule(37, 1.0),
+        (int(0.3 * 37), int(0.85 * 37), 37),
+    ),
+    (
+        S.one_cycle(50, 2.0, 0.2, 5.0, 50.0, anneal="linear", pct_final=0.6),
+        optax.linear_onecycle_schedule(50, 2.0, 0.2, 0.6, 5.0, 50.0),
+        (10, 30, 50),
+    ),
+]
+SGDR = [
+    dict(init_value=0.1, peak_value=1.0, warmup_steps=2, decay_steps=7, end_value=0.0),
+    dict(init_value=0.1, peak_value=0.5, warmup_steps=0, decay_steps=9, end_value=0.05),
+    dict(init_value=0.0, peak_value=0.3, warmup_steps=3, decay_steps=11, exponent=2.0),
+]
+PAPER = dict(peak=1.0, first=5, mult=2, decay=0.5, eta_min=0.01)  # test_sgdr_is_the_paper_formula
+HUGE = [2**31 + 10, 10**10]
+INT32_MAX = 2**31 - 1
 
 
-@pytest.mark.parametrize(
-    ("ours", "ref", "points"),
-    [
-        (S.cosine_decay(2.0, 25), optax.cosine_decay_schedule(2.0, 25), (25,)),
-        (
-            S.cosine_decay(2.0, 25, alpha=0.1, exponent=2.0),
-            optax.cosine_decay_schedule(2.0, 25, alpha=0.1, exponent=2.0),
-            (25,),
-        ),
-        (
-            S.warmup_cosine_decay(0.0, 1.0, 3, 28, end_value=0.1, exponent=1.5),
-            optax.warmup_cosine_decay_schedule(0.0, 1.0, 3, 28, end_value=0.1, exponent=1.5),
-            (2, 3, 28),
-        ),
-        (
-            S.warmup_cosine_decay(0.5, 1.0, 0, 13, end_value=0.2),
-            optax.warmup_cosine_decay_schedule(0.5, 1.0, 0, 13, end_value=0.2),
-            (13,),
-        ),
-        (
-            S.one_cycle(37, 1.0),
-            optax.cosine_onecycle_schedule(37, 1.0),
-            (int(0.3 * 37), 37),
-        ),
-        (
-            S.cosine_onecycle_schedule(101, 0.4, 0.29, 10.0, 100.0),
-            optax.cosine_onecycle_schedule(101, 0.4, 0.29, 10.0, 100.0),
-            (int(0.29 * 101), 101),
-        ),
-        (
-            S.linear_onecycle_schedule(37, 1.0),
-            optax.linear_onecycle_schedule(37, 1.0),
-            (int(0.3 * 37), int(0.85 * 37), 37),
-        ),
-        (
-            S.one_cycle(50, 2.0, 0.2, 5.0, 50.0, anneal="linear", pct_final=0.6),
-            optax.linear_onecycle_schedule(50, 2.0, 0.2, 0.6, 5.0, 50.0),
-            (10, 30, 50),
-        ),
-    ],
-    ids=lambda c: getattr(c, "name", None),
-)
+def _cases():
+    """Every schedule this module evaluates under jit, with Optax's references."""
+    cases = {}
+    for ours, ref, points in MATCHES:
+        steps = boundary_steps(*points)
+        cases["ours", id(ours)] = checked(ours, steps, eager=3)
+        cases["optax", id(ours)] = curve_of(ref, steps)
+    steps = boundary_steps(2, 7, 16, 19, 27)
+    cases["sgdr_schedule"] = checked(S.sgdr_schedule(SGDR), steps, eager=3)
+    cases["sgdr_schedule_alias"] = checked(gradtx.sgdr_schedule(SGDR), steps, eager=1)
+    cases["sgdr_schedule_optax"] = curve_of(optax.sgdr_schedule(SGDR), steps)
+    peak, first, mult, decay, eta_min = PAPER.values()
+    schedule = S.sgdr(peak, first, 3, cycle_mult=mult, peak_decay=decay, end_value=eta_min)
+    steps = boundary_steps(5, 15, 35)
+    cases["paper"] = checked(schedule, steps, eager=3)
+    cycles = [  # the same schedule written as Optax cycles
+        dict(
+            init_value=peak * decay**i,
+            peak_value=peak * decay**i,
+            warmup_steps=0,
+            decay_steps=first * mult**i,
+            end_value=eta_min,
+        )
+        for i in range(3)
+    ]
+    cases["paper_optax"] = curve_of(optax.sgdr_schedule(cycles), steps)
+    schedule = S.warmup_cosine_decay(0.5, 0.0, 2, 6, end_value=0.1)
+    cases["zero_peak"] = curve_of(schedule, [0, 1, 2, 6, 9])
+    for d in HUGE:
+        steps = [0, 1000, 2**30, INT32_MAX]
+        cases["cosine_huge", d] = checked(S.cosine_decay(2.0, d, alpha=0.1), steps)
+        cases["cosine_huge_optax", d] = curve_of(
+            optax.cosine_decay_schedule(2.0, d, alpha=0.1), steps
+        )
+        steps = [0, 50, 100, 1000, 2**30, INT32_MAX]
+        ours = S.warmup_cosine_decay(0.0, 1.0, 100, d, end_value=0.1)
+        ref = optax.warmup_cosine_decay_schedule(0.0, 1.0, 100, d, end_value=0.1)
+        cases["warmup_huge", d] = checked(ours, steps)
+        cases["warmup_huge_optax", d] = curve_of(ref, steps)
+    warm = 2**31 + 10
+    cases["warmup_never_ends"] = curve_of(
+        S.warmup_cosine_decay(0.0, 1.0, warm, warm + 5), [0, 2**30, INT32_MAX]
+    )
+    kwargs = [dict(init_value=0.0, peak_value=1.0, warmup_steps=10, decay_steps=2**30 + 7)] * 3
+    steps = [0, 5, 10, 2**29, 2**30 + 7, 2**30 + 12, INT32_MAX]
+    cases["sgdr_cycles"] = curve_of(S.sgdr_schedule(kwargs), steps)
+    long = [dict(init_value=0.0, peak_value=1.0, warmup_steps=10, decay_steps=2**31 + 10)] * 2
+    cases["sgdr_long"] = curve_of(S.sgdr_schedule(long), [0, 5, 10, 2**30])
+    start = 10 * (2**27 - 1)
+    steps = [0, 5, 10, start, start + 2**29, INT32_MAX]
+    cases["sgdr_40"] = curve_of(S.sgdr(1.0, 10, 40, cycle_mult=2), steps)
+    for anneal in ("cosine", "linear"):
+        schedule = S.one_cycle(10**10, 1.0, anneal=anneal)
+        cases["one_cycle_huge", anneal] = curve_of(schedule, [0, 1000, 2**30, INT32_MAX])
+    return cases
+
+
+CASES = fold(_cases)
+
+
+@pytest.mark.parametrize(("ours", "ref", "points"), MATCHES, ids=lambda c: getattr(c, "name", None))
 def test_matches_optax(ours, ref, points):
-    steps = boundary_steps(*points)
-    assert_schedule(ours, optax_values(ref, steps), steps, atol=1e-6, eager=3)
+    check(CASES("ours", id(ours)), CASES("optax", id(ours)).curve, atol=1e-6)
 
 
 def test_sgdr_schedule_matches_optax():
-    kwargs = [
-        dict(init_value=0.1, peak_value=1.0, warmup_steps=2, decay_steps=7, end_value=0.0),
-        dict(init_value=0.1, peak_value=0.5, warmup_steps=0, decay_steps=9, end_value=0.05),
-        dict(init_value=0.0, peak_value=0.3, warmup_steps=3, decay_steps=11, exponent=2.0),
-    ]
-    steps = boundary_steps(2, 7, 16, 19, 27)
-    expected = optax_values(optax.sgdr_schedule(kwargs), steps)
-    assert_schedule(S.sgdr_schedule(kwargs), expected, steps, atol=1e-6, eager=3)
-    assert_schedule(gradtx.sgdr_schedule(kwargs), expected, steps, atol=1e-6, eager=1)
+    expected = CASES("sgdr_schedule_optax").curve
+    check(CASES("sgdr_schedule"), expected, atol=1e-6)
+    check(CASES("sgdr_schedule_alias"), expected, atol=1e-6)
 
 
 def test_sgdr_is_the_paper_formula():
-    peak, first, mult, decay, eta_min = 1.0, 5, 2, 0.5, 0.01
+    peak, first, mult, decay, eta_min = PAPER.values()
 
     def paper(t):  # Loshchilov & Hutter 2017, eq. 5, T_i = T_0 * T_mult^i, restarts at the peak
         start, i = 0, 0
@@ -89,29 +148,15 @@ def test_sgdr_is_the_paper_formula():
             start, i = start + length, i + 1
         return eta_min
 
-    schedule = S.sgdr(peak, first, 3, cycle_mult=mult, peak_decay=decay, end_value=eta_min)
-    steps = boundary_steps(5, 15, 35)
-    assert_schedule(schedule, paper, steps, eager=3)
-
+    values = CASES("paper")  # S.sgdr(peak, first, 3, cycle_mult=mult, ...) on boundary steps
+    check(values, paper)
     # The same schedule written as Optax cycles.
-    cycles = [
-        dict(
-            init_value=peak * decay**i,
-            peak_value=peak * decay**i,
-            warmup_steps=0,
-            decay_steps=first * mult**i,
-            end_value=eta_min,
-        )
-        for i in range(3)
-    ]
-    np.testing.assert_allclose(
-        curve(schedule, steps), optax_values(optax.sgdr_schedule(cycles), steps), atol=1e-6
-    )
+    np.testing.assert_allclose(values.curve, CASES("paper_optax").curve, atol=1e-6)
 
 
 def test_warmup_cosine_end_value_with_zero_peak():
     """Optax ignores end_value when peak_value is 0; gradtx's formula keeps it."""
-    values = curve(S.warmup_cosine_decay(0.5, 0.0, 2, 6, end_value=0.1), [0, 1, 2, 6, 9])
+    values = CASES("zero_peak").curve  # S.warmup_cosine_decay(0.5, 0.0, 2, 6, end_value=0.1)
     np.testing.assert_allclose(values, [0.5, 0.25, 0.0, 0.1, 0.1], atol=1e-7)
 
 
@@ -158,15 +203,12 @@ def test_invalid_arguments_raise_at_construction(make, who, arg):
 # length enters the cosine as a float. Before the fix these raised an OverflowError when called.
 # --------------------------------------------------------------------------------------------
 
-HUGE = [2**31 + 10, 10**10]
-INT32_MAX = 2**31 - 1
-
 
 @pytest.mark.parametrize("decay_steps", HUGE)
 def test_cosine_decay_accepts_decay_steps_past_int32(decay_steps):
-    steps = [0, 1000, 2**30, INT32_MAX]
-    expected = optax_values(optax.cosine_decay_schedule(2.0, decay_steps, alpha=0.1), steps)
-    assert_schedule(S.cosine_decay(2.0, decay_steps, alpha=0.1), expected, steps, atol=1e-6)
+    # S.cosine_decay(2.0, decay_steps, alpha=0.1) against Optax, on [0, 1000, 2**30, INT32_MAX]
+    expected = CASES("cosine_huge_optax", decay_steps).curve
+    check(CASES("cosine_huge", decay_steps), expected, atol=1e-6)
     # Steps saturate: 2**40 is step 2**31 - 1.
     assert float(S.cosine_decay(2.0, decay_steps)(2**40)) == float(
         S.cosine_decay(2.0, decay_steps)(INT32_MAX)
@@ -175,51 +217,49 @@ def test_cosine_decay_accepts_decay_steps_past_int32(decay_steps):
 
 @pytest.mark.parametrize("decay_steps", HUGE)
 def test_warmup_cosine_decay_accepts_decay_steps_past_int32(decay_steps):
-    steps = [0, 50, 100, 1000, 2**30, INT32_MAX]
-    ref = optax.warmup_cosine_decay_schedule(0.0, 1.0, 100, decay_steps, end_value=0.1)
-    ours = S.warmup_cosine_decay(0.0, 1.0, 100, decay_steps, end_value=0.1)
-    assert_schedule(ours, optax_values(ref, steps), steps, atol=1e-6)
+    # S.warmup_cosine_decay(0.0, 1.0, 100, decay_steps, end_value=0.1) against Optax
+    expected = CASES("warmup_huge_optax", decay_steps).curve
+    check(CASES("warmup_huge", decay_steps), expected, atol=1e-6)
 
 
 def test_warmup_past_int32_never_ends():
     warm = 2**31 + 10
-    schedule = S.warmup_cosine_decay(0.0, 1.0, warm, warm + 5)
-    steps = np.array([0, 2**30, INT32_MAX])
-    np.testing.assert_allclose(curve(schedule, steps), steps / warm, rtol=1e-6)
+    values = CASES("warmup_never_ends")  # S.warmup_cosine_decay(0.0, 1.0, warm, warm + 5)
+    np.testing.assert_allclose(values.curve, values.case.steps / warm, rtol=1e-6)
 
 
 def test_sgdr_schedule_cycles_past_int32():
-    kwargs = [dict(init_value=0.0, peak_value=1.0, warmup_steps=10, decay_steps=2**30 + 7)] * 3
+    # 3 cycles of dict(init_value=0.0, peak_value=1.0, warmup_steps=10, decay_steps=2**30 + 7)
     steps = [0, 5, 10, 2**29, 2**30 + 7, 2**30 + 12, INT32_MAX]
     # Optax itself overflows on the third cycle's boundary; its first two cycles are the formula.
     decay = lambda t: 0.5 * (1.0 + np.cos(np.pi * t / (2**30 - 3)))
     local = lambda t: t / 10 if t < 10 else decay(t - 10)
     expected = [local(t if t < 2**30 + 7 else t - (2**30 + 7)) for t in steps]
-    np.testing.assert_allclose(curve(S.sgdr_schedule(kwargs), steps), expected, atol=1e-6)
-    long = [dict(init_value=0.0, peak_value=1.0, warmup_steps=10, decay_steps=2**31 + 10)] * 2
-    steps = [0, 5, 10, 2**30]
+    assert list(CASES("sgdr_cycles").case.steps) == steps
+    np.testing.assert_allclose(CASES("sgdr_cycles").curve, expected, atol=1e-6)
+    # 2 cycles of decay_steps=2**31 + 10, on steps [0, 5, 10, 2**30]
     expected = [0.0, 0.5, 1.0, 0.5 * (1 + np.cos(np.pi * (2**30 - 10) / 2**31))]
-    np.testing.assert_allclose(curve(S.sgdr_schedule(long), steps), expected, atol=1e-6)
+    np.testing.assert_allclose(CASES("sgdr_long").curve, expected, atol=1e-6)
 
 
 def test_sgdr_keeps_the_cycles_that_start_within_int32():
     # 40 doubling cycles of 10 steps last ~1e13 steps; the steps reached are cycles 0..27.
-    schedule = S.sgdr(1.0, 10, 40, cycle_mult=2)
+    values = CASES("sgdr_40")  # S.sgdr(1.0, 10, 40, cycle_mult=2)
     start = 10 * (2**27 - 1)  # cycle 27 starts here, with length 10 * 2**27
-    steps = np.array([0, 5, 10, start, start + 2**29, INT32_MAX])
+    np.testing.assert_array_equal(values.case.steps, [0, 5, 10, start, start + 2**29, INT32_MAX])
     tau = np.array([0, 5, 0, 0, 2**29, INT32_MAX - start])
     length = np.array([10, 10, 20, 10 * 2**27, 10 * 2**27, 10 * 2**27])
     expected = 0.5 * (1.0 + np.cos(np.pi * tau / length))
-    np.testing.assert_allclose(curve(schedule, steps), expected, atol=1e-6)
+    np.testing.assert_allclose(values.curve, expected, atol=1e-6)
 
 
 @pytest.mark.parametrize("anneal", ["cosine", "linear"])
 def test_one_cycle_accepts_transition_steps_past_int32(anneal):
     # Optax overflows here (its boundaries are int32); the formula instead.
     total = 10**10
-    schedule = S.one_cycle(total, 1.0, anneal=anneal)
-    steps = np.array([0, 1000, 2**30, INT32_MAX])
+    values = CASES("one_cycle_huge", anneal)  # S.one_cycle(total, 1.0, anneal=anneal)
+    steps = values.case.steps
     rise = steps / (0.3 * total)
     ease = rise if anneal == "linear" else 0.5 * (1.0 - np.cos(np.pi * rise))
     expected = 0.04 + 0.96 * ease
-    np.testing.assert_allclose(curve(schedule, steps), expected, rtol=1e-5)
+    np.testing.assert_allclose(values.curve, expected, rtol=1e-5)

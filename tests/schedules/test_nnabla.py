@@ -10,7 +10,8 @@ import pytest
 
 from gradtx import schedules as S
 
-from .common import assert_schedule, boundary_steps, curve
+from .common import boundary_steps
+from .folded import check, checked, curve_of, fold
 
 # --------------------------------------------------------------------------------------------
 # Transcription of nnabla.utils.learning_rate_scheduler (Python floats, iteration from 0)
@@ -78,90 +79,125 @@ def nn_loader(init_lr, solver, comm):
 
 
 # --------------------------------------------------------------------------------------------
+# The cases, all evaluated under jit by one program (folded.fold)
+# --------------------------------------------------------------------------------------------
+
+POLY_POWERS, POLY_COMMS = [1.0, 2.0, 3.0], [1, 3, 8]
+COSINE_COMMS = [1, 4]
+EXPONENTIAL = [(1, 1), (10, 1), (10, 3), (10, 10), (10, 16), (0, 1)]  # (interval, comm)
+STEP_COMMS = [1, 4]
+STEP_ITERS = [60, 10, 30, 30]
+WARMUP = [(12, 1), (12, 5), (12, 12), (12, 16), (0, 1)]  # (warmup_iter, comm)
+SOLVER_COMMS = [1, 2, 5, 16]
+CPP_QUIRK = [(0.9, 4), (0.95, 1), (0.5, 3)]  # (decay, interval)
+SOLVER_STEPS = boundary_steps(5, 9, 12, 20, 32, 60, high=150)
+LEGACY_STEPS = boundary_steps(7, 14, 21)
+
+
+def _cases():
+    cases = {}
+    for power in POLY_POWERS:
+        for comm in POLY_COMMS:
+            m = 120 // comm
+            cases["polynomial", power, comm] = checked(
+                S.nnabla_polynomial(0.1, 120, power, comm_size=comm),
+                boundary_steps(m, 2 * m, 3 * m),
+                eager=2,
+            )
+    fractional = S.nnabla_polynomial(0.1, 40, 0.5)
+    cases["fractional"] = curve_of(fractional, range(41))
+    cases["fractional_past"] = curve_of(fractional, [41, 100, 2**31 - 1])
+    clamped = S.nnabla_polynomial(0.1, 40, 0.5, clamp=True)
+    cases["fractional_clamp"] = curve_of(clamped, [40, 41, 1000])
+    for comm in COSINE_COMMS:
+        m = 50 // comm
+        cases["cosine", comm] = checked(
+            S.nnabla_cosine(1e-2, 50, comm_size=comm),
+            boundary_steps(m, 2 * m, 3 * m, 5 * m + 3),
+            eager=2,
+        )
+    cases["cosine_clamp"] = curve_of(S.nnabla_cosine(1.0, 10, clamp=True), [10, 15, 20])
+    for interval, comm in EXPONENTIAL:
+        cases["exponential", interval, comm] = checked(
+            S.nnabla_exponential(0.5, 0.8, interval, comm_size=comm),
+            boundary_steps(10, 20, 30),
+            eager=2,
+        )
+    for comm in STEP_COMMS:
+        cases["step", comm] = checked(
+            S.nnabla_step(1.0, 0.1, STEP_ITERS, comm_size=comm),
+            boundary_steps(*(s // comm for s in STEP_ITERS)),
+            eager=2,
+        )
+    for warm, comm in WARMUP:
+        m = 60 // comm
+        effective = warm // comm if warm >= comm else 0
+        base = S.nnabla_cosine(0.3, 60, comm_size=comm)
+        cases["warmup", warm, comm] = checked(
+            S.nnabla_linear_warmup(base, warm, comm_size=comm),
+            boundary_steps(max(effective - 1, 0), effective, m),
+            eager=2,
+        )
+    for i, solver in enumerate(SOLVERS):
+        for comm in SOLVER_COMMS:
+            schedule = S.nnabla_solver_schedule(0.2, **solver, comm_size=comm)
+            cases["solver", i, comm] = curve_of(schedule, SOLVER_STEPS)
+    cases["lr_decay"] = checked(S.lr_decay(0.1, 0.9, 7), LEGACY_STEPS, eager=2)
+    cases["lr_decay_comm"] = checked(S.lr_decay(0.1, 0.9, 21, comm_size=3), LEGACY_STEPS, eager=1)
+    cases["lr_decay_default"] = checked(S.lr_decay(0.1), LEGACY_STEPS, eager=1)
+    for decay, interval in CPP_QUIRK:
+        schedule = S.lr_decay(0.1, decay, interval, cpp_trainer=True)
+        cases["cpp", decay, interval] = curve_of(schedule, range(60))
+    return cases
+
+
+CASES = fold(_cases)
+
+# --------------------------------------------------------------------------------------------
 # Single schedulers
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("comm", [1, 3, 8])
-@pytest.mark.parametrize("power", [1.0, 2.0, 3.0])
+@pytest.mark.parametrize("comm", POLY_COMMS)
+@pytest.mark.parametrize("power", POLY_POWERS)
 def test_polynomial_including_past_max_iter(power, comm):
-    max_iter = 120
-    m = max_iter // comm
-    steps = boundary_steps(m, 2 * m, 3 * m)
-    assert_schedule(
-        S.nnabla_polynomial(0.1, max_iter, power, comm_size=comm),
-        nn_polynomial(0.1, m, power),
-        steps,
-        eager=2,
-    )
+    check(CASES("polynomial", power, comm), nn_polynomial(0.1, 120 // comm, power))
 
 
 def test_polynomial_fractional_power_past_max_iter_is_nan_not_complex():
-    schedule = S.nnabla_polynomial(0.1, 40, 0.5)
     ref = nn_polynomial(0.1, 40, 0.5)
     steps = np.arange(0, 41)
-    np.testing.assert_allclose(curve(schedule, steps), [ref(t) for t in steps], atol=1e-7)
+    values = CASES("fractional").curve
+    np.testing.assert_allclose(values, [ref(t) for t in steps], atol=1e-7)
     assert isinstance(ref(41), complex)  # what nnabla returns
-    assert np.all(np.isnan(curve(schedule, [41, 100, 2**31 - 1])))
+    assert np.all(np.isnan(CASES("fractional_past").curve))
     # clamp=True holds the value reached at max_iter instead
-    np.testing.assert_array_equal(
-        curve(S.nnabla_polynomial(0.1, 40, 0.5, clamp=True), [40, 41, 1000]), [0.0, 0.0, 0.0]
-    )
+    np.testing.assert_array_equal(CASES("fractional_clamp").curve, [0.0, 0.0, 0.0])
 
 
-@pytest.mark.parametrize("comm", [1, 4])
+@pytest.mark.parametrize("comm", COSINE_COMMS)
 def test_cosine_rises_again_past_max_iter(comm):
-    max_iter = 50
-    m = max_iter // comm
-    steps = boundary_steps(m, 2 * m, 3 * m, 5 * m + 3)
-    assert_schedule(
-        S.nnabla_cosine(1e-2, max_iter, comm_size=comm),
-        nn_cosine(1e-2, m),
-        steps,
-        rtol=1e-5,
-        atol=1e-8,
-        eager=2,
-    )
-    values = curve(S.nnabla_cosine(1.0, 10, clamp=True), [10, 15, 20])
-    np.testing.assert_allclose(values, [0.0, 0.0, 0.0], atol=1e-7)
+    check(CASES("cosine", comm), nn_cosine(1e-2, 50 // comm), rtol=1e-5, atol=1e-8)
+    np.testing.assert_allclose(CASES("cosine_clamp").curve, [0.0, 0.0, 0.0], atol=1e-7)
 
 
-@pytest.mark.parametrize(
-    ("interval", "comm"), [(1, 1), (10, 1), (10, 3), (10, 10), (10, 16), (0, 1)]
-)
+@pytest.mark.parametrize(("interval", "comm"), EXPONENTIAL)
 def test_exponential_interval_division(interval, comm):
     expected_interval = interval // comm if interval > comm else 1
-    assert_schedule(
-        S.nnabla_exponential(0.5, 0.8, interval, comm_size=comm),
-        nn_exponential(0.5, 0.8, expected_interval),
-        boundary_steps(10, 20, 30),
-        eager=2,
-    )
+    check(CASES("exponential", interval, comm), nn_exponential(0.5, 0.8, expected_interval))
 
 
-@pytest.mark.parametrize("comm", [1, 4])
+@pytest.mark.parametrize("comm", STEP_COMMS)
 def test_step_unsorted_with_repeats(comm):
-    iter_steps = [60, 10, 30, 30]
-    assert_schedule(
-        S.nnabla_step(1.0, 0.1, iter_steps, comm_size=comm),
-        nn_step(1.0, 0.1, [s // comm for s in iter_steps]),
-        boundary_steps(*(s // comm for s in iter_steps)),
-        eager=2,
-    )
+    check(CASES("step", comm), nn_step(1.0, 0.1, [s // comm for s in STEP_ITERS]))
 
 
-@pytest.mark.parametrize(("warm", "comm"), [(12, 1), (12, 5), (12, 12), (12, 16), (0, 1)])
+@pytest.mark.parametrize(("warm", "comm"), WARMUP)
 def test_linear_warmup(warm, comm):
-    base = S.nnabla_cosine(0.3, 60, comm_size=comm)
     m = 60 // comm
     effective = warm // comm if warm >= comm else 0
     ref = nn_cosine(0.3, m) if effective == 0 else nn_linear_warmup(nn_cosine(0.3, m), effective)
-    assert_schedule(
-        S.nnabla_linear_warmup(base, warm, comm_size=comm),
-        ref,
-        boundary_steps(max(effective - 1, 0), effective, m),
-        eager=2,
-    )
+    check(CASES("warmup", warm, comm), ref)
 
 
 # --------------------------------------------------------------------------------------------
@@ -209,26 +245,25 @@ SOLVERS = [
 ]
 
 
-@pytest.mark.parametrize("comm", [1, 2, 5, 16])
-@pytest.mark.parametrize("solver", SOLVERS, ids=lambda s: s["lr_scheduler_type"] or "legacy")
-def test_solver_schedule_matches_the_loader(solver, comm):
-    schedule = S.nnabla_solver_schedule(0.2, **solver, comm_size=comm)
-    steps = boundary_steps(5, 9, 12, 20, 32, 60, high=150)
+@pytest.mark.parametrize("comm", SOLVER_COMMS)
+@pytest.mark.parametrize(
+    ("index", "solver"),
+    list(enumerate(SOLVERS)),
+    ids=[s["lr_scheduler_type"] or "legacy" for s in SOLVERS],
+)
+def test_solver_schedule_matches_the_loader(index, solver, comm):
     expected = nn_loader(0.2, solver, comm)
-    want = [expected(int(s)) for s in steps]
-    np.testing.assert_allclose(curve(schedule, steps), want, rtol=1e-5, atol=1e-8)
+    want = [expected(int(s)) for s in SOLVER_STEPS]
+    np.testing.assert_allclose(CASES("solver", index, comm).curve, want, rtol=1e-5, atol=1e-8)
 
 
 def test_lr_decay_legacy_fields():
-    steps = boundary_steps(7, 14, 21)
-    assert_schedule(S.lr_decay(0.1, 0.9, 7), nn_exponential(0.1, 0.9, 7), steps, eager=2)
-    assert_schedule(
-        S.lr_decay(0.1, 0.9, 21, comm_size=3), nn_exponential(0.1, 0.9, 7), steps, eager=1
-    )
-    assert_schedule(S.lr_decay(0.1), nn_exponential(0.1, 1.0, 1), steps, eager=1)
+    check(CASES("lr_decay"), nn_exponential(0.1, 0.9, 7))
+    check(CASES("lr_decay_comm"), nn_exponential(0.1, 0.9, 7))
+    check(CASES("lr_decay_default"), nn_exponential(0.1, 1.0, 1))
 
 
-@pytest.mark.parametrize(("decay", "interval"), [(0.9, 4), (0.95, 1), (0.5, 3)])
+@pytest.mark.parametrize(("decay", "interval"), CPP_QUIRK)
 def test_lr_decay_cpp_trainer_quirk(decay, interval):
     """nnabla's C++ trainer decays after every iteration where (iter + 1) % interval != 0."""
     lr = np.float32(0.1)
@@ -237,10 +272,10 @@ def test_lr_decay_cpp_trainer_quirk(decay, interval):
         want.append(float(lr))  # the rate this iteration's update uses
         if (it + 1) % interval:
             lr = np.float32(lr * np.float32(decay))
-    schedule = S.lr_decay(0.1, decay, interval, cpp_trainer=True)
-    np.testing.assert_allclose(curve(schedule, range(60)), want, rtol=2e-5)
+    values = CASES("cpp", decay, interval).curve
+    np.testing.assert_allclose(values, want, rtol=2e-5)
     if interval == 1:
-        np.testing.assert_array_equal(curve(schedule, range(60)), np.float32(0.1))
+        np.testing.assert_array_equal(values, np.float32(0.1))
 
 
 INVALID = [

@@ -109,18 +109,24 @@ def test_novograd_with_decay_needs_params():
 def test_novograd_momentum_may_be_8_bit():
     # the momentum is a moment buffer of the tier (plain or gradtx.quantized()); the per-leaf
     # norm scalars are not, and a quantized nu_dtype is refused at construction
-    params = {"w": jnp.asarray(np.random.default_rng(0).normal(size=(64, 80)), jnp.float32)}
+    params = jax.device_put(
+        {"w": np.random.default_rng(0).normal(size=(64, 80)).astype(np.float32)}
+    )
     grads = grad_sequence(params, 20)
     plain, quantized = (
         gradtx.scale_by_novograd(),
         gradtx.scale_by_novograd(mu_dtype=gradtx.quantized(block_size=256, min_size=0)),
     )
-    s_plain, s_quant = plain.init(params), quantized.init(params)
+    s_plain, s_quant = jax.jit(lambda p: (plain.init(p), quantized.init(p)))(params)
     assert s_quant.mu["w"].codes.dtype == jnp.int8  # a signed 8-bit code per value
+
+    @jax.jit  # both in one program, reused for every step
+    def step(g, s_plain, s_quant):
+        return plain.update(g, s_plain), quantized.update(g, s_quant)
+
     for g in grads:
-        u_plain, s_plain = jax.jit(plain.update)(g, s_plain)
-        u_quant, s_quant = jax.jit(quantized.update)(g, s_quant)
-    scale = float(jnp.max(jnp.abs(u_plain["w"])))
+        (u_plain, s_plain), (u_quant, s_quant) = step(g, s_plain, s_quant)
+    scale = float(np.max(np.abs(np.asarray(u_plain["w"]))))
     np.testing.assert_allclose(u_quant["w"], u_plain["w"], atol=0.05 * scale)
     with pytest.raises(ValueError, match=r"scale_by_novograd: nu_dtype must be a floating-point"):
         gradtx.scale_by_novograd(nu_dtype=gradtx.quantized())
@@ -200,8 +206,8 @@ def test_invalid_other_hyperparameters_raise(factory, kwargs, message):
 def _small_params() -> dict:
     """A matrix and a vector: enough for checks that are not about tree handling, and quick to
     compile for all primitives at once."""
-    return {"w": jnp.asarray(np.random.default_rng(0).normal(size=(3, 2)), jnp.float32),
-            "b": jnp.ones(2)}  # fmt: skip
+    w = np.random.default_rng(0).normal(size=(3, 2)).astype(np.float32)
+    return jax.device_put({"w": w, "b": np.ones(2, np.float32)})
 
 
 def test_traced_hyperparameters_are_accepted():
@@ -217,7 +223,8 @@ def test_traced_hyperparameters_are_accepted():
         return out
 
     traced = jax.jit(first_updates)(jnp.float32(0.8), jnp.float32(0.95), jnp.float32(1e-6))
-    concrete = first_updates(0.8, 0.95, 1e-6)
+    # compiled too, the hyperparameters Python floats, concrete while the updates are traced
+    concrete = jax.jit(lambda: first_updates(0.8, 0.95, 1e-6))()
     for who in FACTORIES:
         for a, b in zip(jax.tree.leaves(traced[who]), jax.tree.leaves(concrete[who]), strict=True):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, err_msg=who)
@@ -256,8 +263,8 @@ def test_mu_and_nu_dtype_hold_the_state_dtype():
 def test_tiny_float16_gradient_gives_a_finite_update():
     # Regression: Adam squared g = 1e-3 in float16, (1 - b2) g^2 underflowed to 0 and the first
     # update was -inf. The rules now widen the gradients to float32 first.
-    params = {"w": jnp.ones(3, jnp.float16)}
-    g = {"w": jnp.array([1e-3, -1e-3, 0.5], jnp.float16)}
+    params = {"w": np.ones(3, np.float16)}
+    g = {"w": np.array([1e-3, -1e-3, 0.5], np.float16)}
     txs = {who: factory() for who, factory in WITH_DTYPES.items()}
     first = jax.jit(
         lambda g: {w: tx.update(g, tx.init(params), params)[0] for w, tx in txs.items()}
@@ -279,14 +286,20 @@ def test_structure_mismatch_names_the_transformation_and_path():
 def test_amsgrad_denominator_never_shrinks():
     # After a large gradient, AMSGrad keeps dividing by its maximum: a later small gradient
     # gets a smaller step than Adam gives it.
-    params = {"w": jnp.zeros(1)}
-    grads = [{"w": jnp.array([10.0])}] + [{"w": jnp.array([0.1])}] * 30
+    params = {"w": np.zeros(1, np.float32)}
+    grads = [{"w": np.array([10.0], np.float32)}] + [{"w": np.array([0.1], np.float32)}] * 30
     ams, adam = gradtx.scale_by_amsgrad(), gradtx.scale_by_adam()
-    s_ams, s_adam = ams.init(params), adam.init(params)
-    for g in grads:
-        u_ams, s_ams = ams.update(g, s_ams)
-        u_adam, s_adam = adam.update(g, s_adam)
-    assert abs(float(u_ams["w"][0])) < abs(float(u_adam["w"][0]))
+
+    @jax.jit  # the 31 steps of both in one program
+    def last_updates(params, grads):
+        s_ams, s_adam = ams.init(params), adam.init(params)
+        for g in grads:
+            u_ams, s_ams = ams.update(g, s_ams)
+            u_adam, s_adam = adam.update(g, s_adam)
+        return u_ams, u_adam
+
+    u_ams, u_adam = last_updates(params, grads)
+    assert abs(float(np.asarray(u_ams["w"])[0])) < abs(float(np.asarray(u_adam["w"])[0]))
 
 
 def test_bf16_moments_update_is_computed_from_the_stored_moments():
@@ -299,17 +312,16 @@ def test_bf16_moments_update_is_computed_from_the_stored_moments():
     tx = gradtx.scale_by_adam(b1, b2, eps, eps_root, mu_dtype=bf16, nu_dtype=bf16)
     ref = optax.scale_by_adam(b1, b2, eps, eps_root, mu_dtype=bf16)
     params = mixed_params()
-    step, ref_step = jax.jit(tx.update), jax.jit(ref.update)
-    state, ref_state = tx.init(params), ref.init(params)
+    step = jax.jit(lambda g, s, ref_s: (tx.update(g, s), ref.update(g, ref_s)))
+    state, ref_state = jax.jit(lambda p: (tx.init(p), ref.init(p)))(params)
     for t, g in enumerate(grad_sequence(params, 100), start=1):
-        u, state = step(g, state)
-        ref_u, ref_state = ref_step(g, ref_state)
+        (u, state), (ref_u, ref_state) = step(g, state, ref_state)
         c1, c2 = 1 - b1**t, 1 - b2**t
         for ui, mi, vi, ri in zip(
             *(jax.tree.leaves(x) for x in (u, state.mu, state.nu, ref_u)), strict=True
         ):
             assert mi.dtype == vi.dtype == bf16
-            m, v = np.float64(mi.astype(jnp.float32)), np.float64(vi.astype(jnp.float32))
+            m, v = np.asarray(mi, np.float64), np.asarray(vi, np.float64)
             want = (m / c1) / (np.sqrt(v / c2 + eps_root) + eps)
             np.testing.assert_allclose(ui, want, rtol=1e-5, atol=1e-6)
             np.testing.assert_allclose(ui, ri, rtol=2e-2, atol=2e-2)

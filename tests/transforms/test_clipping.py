@@ -43,9 +43,13 @@ MATCHES_OPTAX = [
     with_modes(MATCHES_OPTAX, eager={"clip", "global_norm", "block_rms", "agc"}),
 )
 def test_matches_optax(key, ours, reference, jit):
-    compare_to_optax(
-        ours(), reference(), jit=jit, reference_key=f"{__name__}:{key}", reference_jit=False
-    )
+    compare_to_optax(ours(), reference(), jit=jit, reference_key=f"{__name__}:{key}")
+
+
+def _floats(tree):
+    """`tree` with float32 device arrays for leaves, put there from NumPy (`jnp.array` compiles a
+    conversion per shape)."""
+    return jax.device_put(jax.tree.map(lambda x: np.asarray(x, np.float32), tree))
 
 
 def _per_leaf_norm_clip(max_norm):
@@ -65,20 +69,26 @@ def test_clip_by_norm_matches_numpy(use_jit):
 
 
 def test_clip_by_norm_clips_each_leaf_on_its_own():
-    grads = {"big": jnp.array([30.0, 40.0]), "small": jnp.array([0.3, 0.4])}
+    grads = _floats({"big": np.array([30.0, 40.0]), "small": np.array([0.3, 0.4])})
     tx = gradtx.clip_by_norm(5.0)
-    updates, _ = tx.update(grads, tx.init(grads))
+    updates, _ = jax.jit(lambda g: tx.update(g, tx.init(g)))(grads)
     np.testing.assert_allclose(updates["big"], [3.0, 4.0], rtol=1e-6)
     np.testing.assert_array_equal(updates["small"], grads["small"])
 
 
 def test_global_norm_is_one_norm_over_all_leaves():
-    grads = {"a": jnp.array([3.0, 0.0]), "b": jnp.array([[0.0], [4.0]])}  # global norm 5
+    grads = _floats({"a": np.array([3.0, 0.0]), "b": np.array([[0.0], [4.0]])})  # global norm 5
     tx = gradtx.clip_by_global_norm(1.0)
-    updates, _ = tx.update(grads, tx.init(grads))
+
+    @jax.jit
+    def clipped(grads):
+        updates, _ = tx.update(grads, tx.init(grads))
+        unchanged, _ = gradtx.clip_by_global_norm(5.5).update(grads, ())
+        return updates, unchanged
+
+    updates, unchanged = clipped(grads)
     np.testing.assert_allclose(updates["a"], [0.6, 0.0], rtol=1e-6)
     np.testing.assert_allclose(updates["b"], [[0.0], [0.8]], rtol=1e-6)
-    unchanged, _ = gradtx.clip_by_global_norm(5.5).update(grads, ())
     for k in grads:
         np.testing.assert_array_equal(unchanged[k], grads[k])
 
@@ -87,14 +97,20 @@ def test_global_norm_is_one_norm_over_all_leaves():
 def test_global_norm_of_low_precision_gradients_is_taken_in_float32(dtype):
     params = mixed_params(dtype=dtype)
     grads = grad_sequence(params, 1, scale=300.0)[0]  # squares overflow float16
-    grads32 = gradtx.tree.cast(grads, jnp.float32)
     tx = gradtx.clip_by_global_norm(10.0)
-    low, _ = tx.update(grads, tx.init(params))
-    full, _ = tx.update(grads32, tx.init(grads32))
+
+    @jax.jit
+    def clipped(grads, params):
+        grads32 = gradtx.tree.cast(grads, jnp.float32)
+        low, _ = tx.update(grads, tx.init(params))
+        full, _ = tx.update(grads32, tx.init(grads32))
+        return low, full, gradtx.tree.norm(low)
+
+    low, full, low_norm = clipped(grads, params)
     for a, b in zip(jax.tree.leaves(low), jax.tree.leaves(full), strict=True):
         assert a.dtype == dtype
         np.testing.assert_allclose(np.asarray(a, np.float32), b, rtol=1e-2, atol=1e-3)
-    assert abs(float(gradtx.tree.norm(low)) - 10.0) < 0.1
+    assert abs(float(low_norm) - 10.0) < 0.1
 
 
 @pytest.mark.parametrize(
@@ -104,18 +120,15 @@ def test_global_norm_of_low_precision_gradients_is_taken_in_float32(dtype):
 )
 def test_clipping_has_finite_gradients_at_zero(tx):
     # Differentiating through the clipping (e.g. for meta-gradients) at an all-zero gradient.
-    grads = {"a": jnp.zeros(3), "b": jnp.zeros((2, 2))}
-    d = jax.grad(lambda g: gradtx.tree.sum(tx.update(g, tx.init(g))[0]))(grads)
+    grads = _floats({"a": np.zeros(3), "b": np.zeros((2, 2))})
+    d = jax.jit(jax.grad(lambda g: gradtx.tree.sum(tx.update(g, tx.init(g))[0])))(grads)
     for leaf in jax.tree.leaves(d):
         np.testing.assert_array_equal(leaf, np.ones_like(leaf))
 
 
 def test_agc_with_explicit_axis_matches_optax():
     rng = np.random.default_rng(0)
-    params = {
-        "kernel": jnp.asarray(rng.normal(size=(3, 4)), jnp.float32),
-        "heads": jnp.asarray(rng.normal(size=(2, 3, 5)), jnp.float32),
-    }
+    params = _floats({"kernel": rng.normal(size=(3, 4)), "heads": rng.normal(size=(2, 3, 5))})
     compare_to_optax(
         gradtx.adaptive_grad_clip(0.2, axis=-1),
         optax.adaptive_grad_clip(0.2, axis=-1),
@@ -129,7 +142,7 @@ def test_agc_needs_params_and_names_unsupported_ranks():
     tx = gradtx.adaptive_grad_clip(0.1)
     with pytest.raises(ValueError, match="adaptive_grad_clip needs the current parameters"):
         tx.update({"w": jnp.ones(3)}, tx.init({"w": jnp.ones(3)}))
-    big = {"w": jnp.ones((2,) * 6)}
+    big = _floats({"w": np.ones((2,) * 6)})
     with pytest.raises(
         ValueError, match=r"adaptive_grad_clip: .*shape \(2, 2, 2, 2, 2, 2\).*axis="
     ):
@@ -179,7 +192,9 @@ def test_traced_thresholds_are_accepted():
         )
         return tx.update(g, tx.init(params), params)[0]
 
-    for a, b in zip(jax.tree.leaves(jax.jit(step)(0.7)), jax.tree.leaves(step(0.7)), strict=True):
+    # both compiled: 0.7 traced, and 0.7 a Python float, concrete while the step is traced
+    traced, concrete = jax.jit(step)(0.7), jax.jit(lambda: step(0.7))()
+    for a, b in zip(jax.tree.leaves(traced), jax.tree.leaves(concrete), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
@@ -201,7 +216,7 @@ _UNIT_CASES = [
 
 def test_unitwise_norm_matches_optax():
     rng = np.random.default_rng(0)
-    xs = [jnp.asarray(rng.normal(size=shape), jnp.float32) for shape, _ in _UNIT_CASES]
+    xs = [rng.normal(size=shape).astype(np.float32) for shape, _ in _UNIT_CASES]
     axes = [axis for _, axis in _UNIT_CASES]
     norms = lambda fn: jax.jit(lambda xs: [fn(x, axis=a) for x, a in zip(xs, axes, strict=True)])
     got, expected = norms(transforms.unitwise_norm)(xs), norms(optax.transforms.unitwise_norm)(xs)
@@ -211,31 +226,37 @@ def test_unitwise_norm_matches_optax():
 
 
 def test_unitwise_norm_keeps_dtype_and_rejects_unknown_ranks():
-    x = jnp.full((4, 3), 300.0, jnp.bfloat16)  # the squares' sum overflows nothing in float32
-    got = transforms.unitwise_norm(x)
+    x = np.full((4, 3), 300.0, jnp.bfloat16)  # the squares' sum overflows nothing in float32
+    got = jax.jit(transforms.unitwise_norm)(x)
     assert got.dtype == jnp.bfloat16
     np.testing.assert_allclose(np.asarray(got, np.float32), 600.0, rtol=1e-2)
+    rank6 = jax.ShapeDtypeStruct((1, 2, 1, 2, 1, 2), jnp.float32)
     with pytest.raises(ValueError, match=r"unitwise_norm: .*shape \(1, 2, 1, 2, 1, 2\).*axis="):
-        transforms.unitwise_norm(jnp.ones((1, 2, 1, 2, 1, 2)))
+        jax.eval_shape(transforms.unitwise_norm, rank6)
     # with axis= any rank works
-    assert transforms.unitwise_norm(jnp.ones((1, 2, 1, 2, 1, 2)), axis=5).shape == (1, 2) * 3
+    assert jax.eval_shape(lambda x: transforms.unitwise_norm(x, axis=5), rank6).shape == (1, 2) * 3
 
 
 def test_unitwise_clip_matches_optax():
     rng = np.random.default_rng(1)
-    for _ in range(4):
-        g = jnp.asarray(rng.normal(size=(3, 4)), jnp.float32)
+
+    @jax.jit  # one compilation for all cases
+    def clipped(g, max_norm):
         g_norm = optax.transforms.unitwise_norm(g)
-        max_norm = jnp.asarray(rng.uniform(0.5, 2.5, size=(1, 4)).repeat(3, 0), jnp.float32)
-        got = transforms.unitwise_clip(g_norm, max_norm, g)
-        expected = optax.transforms.unitwise_clip(g_norm, max_norm, g)
-        np.testing.assert_allclose(got, expected, rtol=RTOL)
-        got = transforms.unitwise_clip(g_norm, max_norm, g, div_eps=1e-3)
-        expected = optax.transforms.unitwise_clip(g_norm, max_norm, g, div_eps=1e-3)
-        np.testing.assert_allclose(got, expected, rtol=RTOL)
+        ours, theirs = transforms.unitwise_clip, optax.transforms.unitwise_clip
+        return [
+            (ours(g_norm, max_norm, g), theirs(g_norm, max_norm, g)),
+            (ours(g_norm, max_norm, g, div_eps=1e-3), theirs(g_norm, max_norm, g, div_eps=1e-3)),
+        ]
+
+    for _ in range(4):
+        g = rng.normal(size=(3, 4)).astype(np.float32)
+        max_norm = rng.uniform(0.5, 2.5, size=(1, 4)).repeat(3, 0).astype(np.float32)
+        for got, expected in clipped(g, max_norm):
+            np.testing.assert_allclose(got, expected, rtol=RTOL)
     # zero gradients stay zero (the floor of the divisor is never reached)
-    z = jnp.zeros(3)
-    np.testing.assert_array_equal(transforms.unitwise_clip(z, z, z), z)
+    z = np.zeros(3, np.float32)
+    np.testing.assert_array_equal(jax.jit(transforms.unitwise_clip)(z, z, z), z)
 
 
 def test_unitwise_clip_errors():
@@ -249,23 +270,35 @@ def test_unitwise_clip_errors():
 # clipping thresholds: infinite, finite, and a NaN norm
 # --------------------------------------------------------------------------------------------
 
-GRADS = {"a": jnp.array([3.0, -1e30]), "b": jnp.array([4.0]), "c": jnp.zeros((2, 2))}
+GRADS = {
+    "a": np.array([3.0, -1e30], np.float32),
+    "b": np.array([4.0], np.float32),
+    "c": np.zeros((2, 2), np.float32),
+}
+
+
+def _first_update(tx, grads):
+    """The first update of `tx` on `grads`, compiled."""
+    return jax.jit(lambda g: tx.update(g, tx.init(g))[0])(_floats(grads))
 
 
 @pytest.mark.parametrize("name", ["clip_by_global_norm", "clip_by_norm"])
 def test_an_infinite_clipping_threshold_leaves_the_updates_unchanged(name):
     """Even when the norm itself overflows to inf (the 1e30 leaf): inf / inf would be NaN."""
-    tx = getattr(gradtx, name)(math.inf)
-    out, _ = tx.update(GRADS, tx.init(GRADS))
+    out = _first_update(getattr(gradtx, name)(math.inf), GRADS)
     for key in GRADS:
         np.testing.assert_array_equal(out[key], GRADS[key])
 
 
 def test_an_infinite_global_norm_threshold_matches_optax_on_ordinary_gradients():
-    grads = {"a": jnp.array([3.0, -2.0]), "b": jnp.array([4.0])}
+    grads = _floats({"a": np.array([3.0, -2.0]), "b": np.array([4.0])})
     tx = gradtx.clip_by_global_norm(math.inf)
-    out, _ = tx.update(grads, tx.init(grads))
-    reference, _ = optax.clip_by_global_norm(math.inf).update(grads, optax.EmptyState())
+    out, reference = jax.jit(
+        lambda g: (
+            tx.update(g, tx.init(g))[0],
+            optax.clip_by_global_norm(math.inf).update(g, optax.EmptyState())[0],
+        )
+    )(grads)
     for key in grads:
         np.testing.assert_array_equal(out[key], reference[key])
 
@@ -273,20 +306,18 @@ def test_an_infinite_global_norm_threshold_matches_optax_on_ordinary_gradients()
 @pytest.mark.parametrize("name", ["clip_by_global_norm", "clip_by_norm"])
 def test_a_finite_threshold_still_clips_and_a_nan_norm_stays_nan(name):
     tx = getattr(gradtx, name)(1.0)
-    grads = {"a": jnp.array([3.0, 4.0])}
-    out, _ = tx.update(grads, tx.init(grads))
+    out = _first_update(tx, {"a": np.array([3.0, 4.0])})
     np.testing.assert_allclose(out["a"], [0.6, 0.8], rtol=1e-6)
-    nan = {"a": jnp.array([jnp.nan, 1.0])}
-    out, _ = tx.update(nan, tx.init(nan))
-    assert bool(jnp.isnan(out["a"]).all())
+    out = _first_update(tx, {"a": np.array([np.nan, 1.0])})
+    assert np.isnan(np.asarray(out["a"])).all()
 
 
 def _optimized_lines(make, leaves: int) -> int:
     """Lines of the optimized HLO of one update step on `leaves` small leaves."""
-    params = {f"p{i}": jnp.ones((16 + i,)) for i in range(leaves)}
+    params = {f"p{i}": jax.ShapeDtypeStruct((16 + i,), jnp.float32) for i in range(leaves)}
     tx = make()
     f = jax.jit(lambda p, g, s: tx.update(g, s, p))
-    return f.lower(params, params, tx.init(params)).compile().as_text().count("\n")
+    return f.lower(params, params, jax.eval_shape(tx.init, params)).compile().as_text().count("\n")
 
 
 @pytest.mark.parametrize(

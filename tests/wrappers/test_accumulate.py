@@ -26,20 +26,49 @@ def _adam():
 
 
 def _mean_groups(grads, k, average=True):
-    groups = [grads[i : i + k] for i in range(0, len(grads), k)]
-    combine = (lambda *xs: sum(xs) / k) if average else (lambda *xs: sum(xs))
-    return [jax.tree.map(combine, *g) for g in groups]
+    """The mean (or sum) of each group of `k` gradients, summed in order in float32 by NumPy."""
+    groups = [jax.tree.map(np.asarray, grads[i : i + k]) for i in range(0, len(grads), k)]
+    combine = (lambda *xs: sum(xs) / np.float32(k)) if average else (lambda *xs: sum(xs))
+    return [jax.device_put(jax.tree.map(combine, *g)) for g in groups]
+
+
+def _run_together(params, *runs):
+    """Drive each `(tx, grads)` of `runs` from `params` (each applying its own updates), all in
+    one compiled program (a `lax.scan` per run, `init` included): per run, the list of its
+    updates at each step, its final state and its final params."""
+    stacked = [jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *g) for _, g in runs]
+
+    @jax.jit
+    def drive(params, stacked):
+        out = []
+        for (tx, _), grads in zip(runs, stacked, strict=True):
+
+            def body(carry, g, tx=tx):
+                p, s = carry
+                u, s = tx.update(g, s, p)
+                return (gradtx.apply_updates(p, u), s), u
+
+            (p, s), updates = jax.lax.scan(body, (params, tx.init(params)), grads)
+            out.append((updates, s, p))
+        return out
+
+    results = jax.tree.map(np.asarray, drive(params, stacked))
+    return [
+        ([jax.tree.map(lambda x, i=i: x[i], updates) for i in range(len(grads))], state, p)
+        for (updates, state, p), (_, grads) in zip(results, runs, strict=True)
+    ]
 
 
 @pytest.mark.parametrize("average", [True, False], ids=["mean", "sum"])
 def test_k_micro_steps_equal_one_inner_step(average):
     params = mixed_params()
     grads = grad_sequence(params, K * N)
-    ours, _, ours_params = run(
-        gradtx.accumulate_k_steps(_adam(), K, average=average), params, grads
+    (ours, _, ours_params), (ref, _, ref_params) = _run_together(
+        params,
+        (gradtx.accumulate_k_steps(_adam(), K, average=average), grads),
+        (_adam(), _mean_groups(grads, K, average)),
     )
-    ref, _, ref_params = run(_adam(), params, _mean_groups(grads, K, average))
-    zeros = jax.tree.map(jnp.zeros_like, params)
+    zeros = jax.tree.map(np.zeros_like, params)
     for i, u in enumerate(ours):
         if i % K == K - 1:
             assert_trees_close(u, ref[i // K], 1e-6, 1e-6, msg=f"micro-step {i}")
@@ -51,8 +80,11 @@ def test_k_micro_steps_equal_one_inner_step(average):
 def test_matches_optax_multisteps():
     params = mixed_params()
     grads = grad_sequence(params, K * 6)
-    ours, _, _ = run(gradtx.accumulate_k_steps(optax.adam(0.05), K), params, grads)
-    ref, _, _ = run(optax.MultiSteps(optax.adam(0.05), K), params, grads)
+    (ours, _, _), (ref, _, _) = _run_together(
+        params,
+        (gradtx.accumulate_k_steps(optax.adam(0.05), K), grads),
+        (optax.MultiSteps(optax.adam(0.05), K), grads),
+    )
     for i, (a, b) in enumerate(zip(ours, ref, strict=True)):
         assert_trees_close(a, b, 1e-6, 1e-7, msg=f"micro-step {i}")
 
@@ -119,11 +151,11 @@ def test_inside_chain_forwards_extra_args_on_the_kth_step():
 
 def test_under_pmap():
     devices = jax.devices("cpu")[:8]
-    params = {"w": jnp.linspace(-1.0, 1.0, 6), "b": jnp.zeros(2)}
+    params = {"w": np.linspace(-1.0, 1.0, 6, dtype=np.float32), "b": np.zeros(2, np.float32)}
     rng = np.random.default_rng(0)
     # micro-batch gradients per device: [step, device, ...]
     per_device = [
-        jax.tree.map(lambda x: jnp.asarray(rng.normal(size=(8, *x.shape)), x.dtype), params)
+        jax.tree.map(lambda x: rng.normal(size=(8, *x.shape)).astype(x.dtype), params)
         for _ in range(K * 4)
     ]
     acc = gradtx.accumulate_k_steps(_adam(), K)
@@ -134,12 +166,13 @@ def test_under_pmap():
         return gradtx.apply_updates(p, u), s
 
     pstep = jax.pmap(step, axis_name="batch", devices=devices)
-    rep = lambda t: jax.tree.map(lambda x: jnp.stack([x] * 8), t)
+    rep = lambda t: jax.tree.map(lambda x: np.stack([np.asarray(x)] * 8), t)
     p, s = rep(params), rep(acc.init(params))
     for g in per_device:
         p, s = pstep(g, s, p)
     mean_grads = [jax.tree.map(lambda x: x.mean(0), g) for g in per_device]
-    _, _, ref_params = run(_adam(), params, _mean_groups(mean_grads, K))
+    _, _, ref_params = run(_adam(), jax.device_put(params), _mean_groups(mean_grads, K))
+    p = jax.tree.map(np.asarray, p)
     for d in range(8):
         assert_trees_close(jax.tree.map(lambda x: x[d], p), ref_params, 1e-6, 1e-6, msg=f"dev {d}")
 
@@ -147,10 +180,14 @@ def test_under_pmap():
 def test_under_sharded_jit():
     mesh = Mesh(np.array(jax.devices("cpu")[:8]), ("data",))
     sharded = NamedSharding(mesh, PartitionSpec("data"))
-    params = {"w": jnp.linspace(-1.0, 1.0, 16).reshape(8, 2), "b": jnp.zeros(8)}
+    host = {
+        "w": np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(8, 2),
+        "b": np.zeros(8, np.float32),
+    }
+    params = jax.device_put(host)
     grads = grad_sequence(params, K * 3)
     acc = gradtx.accumulate_k_steps(_adam(), K)
-    p = jax.device_put(params, sharded)
+    p = jax.device_put(host, sharded)  # from the host: no resharding program
     s = acc.init(p)
     step = jax.jit(lambda g, s, p: acc.update(g, s, p))
     for g in grads:
@@ -183,10 +220,9 @@ def _with_bad_micro_steps(grads, bad):
     for i, g in enumerate(grads):
         if i in bad:
             leaves, treedef = jax.tree.flatten(g)
-            poison = jnp.nan if i % 2 else jnp.inf
-            leaves[i % len(leaves)] = (
-                leaves[i % len(leaves)].at[(0,) * leaves[i % len(leaves)].ndim].set(poison)
-            )
+            leaf = np.array(leaves[i % len(leaves)])  # a writable copy
+            leaf[(0,) * leaf.ndim] = np.nan if i % 2 else np.inf
+            leaves[i % len(leaves)] = jax.device_put(leaf)
             g = treedef.unflatten(leaves)
         out.append(g)
     return out
@@ -204,19 +240,17 @@ def test_should_skip_update_fn_matches_optax_multisteps(k, skip_fn):
     params = mixed_params()
     grads = _with_bad_micro_steps(grad_sequence(params, 14), {1, 4, 5, 9})
     if skip_fn is not gradtx.skip_not_finite:  # large, finite gradients instead of NaN / inf
-        grads = [jax.tree.map(lambda x: jnp.where(jnp.isfinite(x), x, 1e3), g) for g in grads]
-    ours, ours_state, ours_params = run(
-        gradtx.accumulate_k_steps(optax.adam(0.05), k, should_skip_update_fn=skip_fn),
+        large = lambda x: jax.device_put(np.where(np.isfinite(x), x, np.float32(1e3)))
+        grads = [jax.tree.map(large, g) for g in grads]
+    (ours, ours_state, ours_params), (ref, ref_state, ref_params) = _run_together(
         params,
-        grads,
-    )
-    ref, ref_state, ref_params = run(
-        optax.MultiSteps(optax.adam(0.05), k, should_skip_update_fn=skip_fn), params, grads
+        (gradtx.accumulate_k_steps(optax.adam(0.05), k, should_skip_update_fn=skip_fn), grads),
+        (optax.MultiSteps(optax.adam(0.05), k, should_skip_update_fn=skip_fn), grads),
     )
     for i, (a, b) in enumerate(zip(ours, ref, strict=True)):
         assert_trees_close(a, b, 1e-6, 1e-7, msg=f"micro-step {i}")
     assert_trees_close(ours_params, ref_params, 1e-6, 1e-7)
-    assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(ours_params))
+    assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree.leaves(ours_params))
     assert int(ours_state.micro_step) == int(ref_state.mini_step)
     assert int(ours_state.gradient_step) == int(ref_state.gradient_step) == (14 - 4) // k
     assert_trees_close(ours_state.skip_state, ref_state.skip_state, 0, 0)
@@ -238,17 +272,33 @@ def test_should_skip_update_fn_is_checked():
 # --------------------------------------------------------------------------------------------
 
 
+def _multisteps_step(ms):
+    """One step of MultiSteps `ms`: (updates, state, has_updated, params with the updates)."""
+
+    def step(g, s, p):
+        u, s = ms.update(g, s, p)
+        return u, s, ms.has_updated(s), optax.apply_updates(p, u)
+
+    return step
+
+
 def _run_multisteps(ours, theirs, grads, params, jit, extra_check=None):
     """Step both MultiSteps on `grads`; compare updates, every state field and has_updated.
-    Optax's runs jitted (eagerly its `lax.cond` compiles at every step); ours as `jit` says."""
-    s_ours, s_ref = ours.init(params), theirs.init(params)
-    up_ours, up_ref = ours.update, jax.jit(theirs.update)
+    Optax's runs jitted (eagerly its `lax.cond` compiles at every step); ours too, in the same
+    program, with `jit`, and eagerly otherwise."""
+    ours_step, ref_step = _multisteps_step(ours), _multisteps_step(theirs)
     if jit:
-        up_ours = jax.jit(up_ours)
+        s_ours, s_ref = jax.jit(lambda p: (ours.init(p), theirs.init(p)))(params)
+        both = jax.jit(lambda g, so, sr, po, pr: (ours_step(g, so, po), ref_step(g, sr, pr)))
+    else:
+        s_ours, s_ref = ours.init(params), jax.jit(theirs.init)(params)
+        ref_step = jax.jit(ref_step)
+        both = lambda g, so, sr, po, pr: (ours_step(g, so, po), ref_step(g, sr, pr))
     p_ours = p_ref = params
     for i, g in enumerate(grads):
-        u, s_ours = up_ours(g, s_ours, p_ours)
-        v, s_ref = up_ref(g, s_ref, p_ref)
+        (u, s_ours, ours_updated, p_next), (v, s_ref, ref_updated, p_ref) = both(
+            g, s_ours, s_ref, p_ours, p_ref
+        )
         msg = f"step {i}"
         assert_close(u, v, msg)
         assert int(s_ours.mini_step) == int(s_ref.mini_step), msg
@@ -256,10 +306,10 @@ def _run_multisteps(ours, theirs, grads, params, jit, extra_check=None):
         assert_close(s_ours.acc_grads, s_ref.acc_grads, msg)
         assert_close(adam_moments(s_ours.inner_opt_state), adam_moments(s_ref.inner_opt_state), msg)
         assert_close(s_ours.skip_state, s_ref.skip_state, msg)
-        assert bool(ours.has_updated(s_ours)) == bool(theirs.has_updated(s_ref)), msg
+        assert bool(ours_updated) == bool(ref_updated), msg
         if extra_check is not None:
             extra_check(i, u, s_ours)
-        p_ours, p_ref = optax.apply_updates(p_ours, u), optax.apply_updates(p_ref, v)
+        p_ours = p_next
     assert_close(p_ours, p_ref, "final params")
     return s_ours
 
@@ -316,8 +366,11 @@ def test_multisteps_with_a_schedule_of_k_under_jit():
 def test_multisteps_skip_not_finite_matches_optax_and_drops_the_micro_step():
     params = small_tree()
     grads = normal_grads(params, 7, seed=4)
-    grads[1] = jax.tree.map(lambda g: g.at[..., 0].set(jnp.nan), grads[1])
-    grads[4]["b"]["c"] = grads[4]["b"]["c"].at[1].set(jnp.inf)
+    grads = jax.tree.map(np.array, grads)  # writable copies
+    for g in jax.tree.leaves(grads[1]):
+        g[..., 0] = np.nan
+    grads[4]["b"]["c"][1] = np.inf
+    grads = jax.device_put(grads)
     ours = gw.MultiSteps(adam_01(gradtx), 2, should_skip_update_fn=gradtx.skip_not_finite)
     theirs = optax.MultiSteps(adam_01(optax), 2, should_skip_update_fn=optax.skip_not_finite)
 
@@ -350,13 +403,13 @@ def test_multisteps_skip_large_updates_under_jit():
 
 
 def test_multisteps_bf16_gradients_keep_their_dtype_with_a_float32_accumulator():
-    params = jax.tree.map(lambda p: p.astype(jnp.bfloat16), small_tree())
+    params = jax.device_put(jax.tree.map(lambda p: np.asarray(p, jnp.bfloat16), small_tree()))
     grads = normal_grads(params, 4, seed=6)
     ours = gw.MultiSteps(gradtx.sgd(1.0), 2)
     theirs = optax.MultiSteps(optax.sgd(1.0), 2)
     state = _run_multisteps(ours, theirs, grads, params, jit=True)
     assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(state.acc_grads))
-    u, _ = ours.update(grads[0], ours.init(params), params)
+    u, _ = jax.eval_shape(ours.update, grads[0], ours.init(params), params)
     assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(u))
     none = gw.MultiSteps(gradtx.sgd(1.0), 2, accumulator_dtype=None).init(params)
     assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(none.acc_grads))
@@ -368,7 +421,7 @@ def test_multisteps_state_is_stable_through_scan_and_inits_from_shapes():
     shapes = jax.tree.map(lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype), params)
     state = ms.init(shapes)
     assert jax.tree.structure(state) == jax.tree.structure(ms.init(params))
-    grads = jax.tree.map(lambda *g: jnp.stack(g), *normal_grads(params, 4, seed=14))
+    grads = jax.tree.map(lambda *g: np.stack(g), *normal_grads(params, 4, seed=14))
 
     def body(state, g):
         u, state = ms.update(g, state, params)
@@ -420,11 +473,30 @@ def test_multisteps_errors():
 # --------------------------------------------------------------------------------------------
 
 
-def _saved_at_micro_step(tx, n, params, g):
-    state = tx.init(params)
-    for _ in range(n):
-        _, state = tx.update(g, state, params)
-    return state
+_PARAMS, _G = {"w": np.zeros(2, np.float32)}, {"w": np.array([1.0, 2.0], np.float32)}
+
+
+def _accumulate_sgd(k, average, skip):
+    skip_fn = gradtx.skip_not_finite if skip else None
+    return gradtx.accumulate_k_steps(
+        gradtx.sgd(1.0), k, average=average, should_skip_update_fn=skip_fn
+    )
+
+
+@functools.cache
+def _saved_under_k4(average, skip):
+    """The state after 3 micro-steps on `_G` under k = 4, in one compiled program (shared by the
+    eager and the jit test)."""
+    tx = _accumulate_sgd(4, average, skip)
+
+    @jax.jit
+    def steps(params, g):
+        state = tx.init(params)
+        for _ in range(3):
+            _, state = tx.update(g, state, params)
+        return state
+
+    return steps(_PARAMS, _G)
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
@@ -434,13 +506,9 @@ def test_accumulate_state_restored_under_a_smaller_k_steps_at_once(average, skip
     # 3 micro-steps saved under k = 4, restored (by migrate) under k = 2 or k = 1: the cycle is
     # already full, so the next micro-step is an inner step on the mean (sum) of all 4 gradients,
     # and the period of the new k follows.
-    params = {"w": jnp.zeros(2)}
-    g = {"w": jnp.array([1.0, 2.0])}
-    skip_fn = gradtx.skip_not_finite if skip else None
-    make = lambda k: gradtx.accumulate_k_steps(
-        gradtx.sgd(1.0), k, average=average, should_skip_update_fn=skip_fn
-    )
-    saved = _saved_at_micro_step(make(4), 3, params, g)
+    params, g = jax.device_put((_PARAMS, _G))
+    make = lambda k: _accumulate_sgd(k, average, skip)
+    saved = _saved_under_k4(average, skip)
     total = 1.0 if average else 4.0
     for k in (2, 1):
         tx = make(k)

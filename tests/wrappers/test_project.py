@@ -103,9 +103,14 @@ def test_project_with_a_custom_set_and_errors():
     tx = gradtx.chain(gradtx.sgd(0.3), gradtx.project(simplex))
     rng = np.random.default_rng(0)
     state = tx.init(params)
+
+    @jax.jit  # one program for the 20 steps
+    def step(g, state, params):
+        u, state = tx.update(g, state, params)
+        return gradtx.apply_updates(params, u), state
+
     for _ in range(20):
-        u, state = tx.update({"w": jnp.asarray(rng.normal(size=4), jnp.float32)}, state, params)
-        params = gradtx.apply_updates(params, u)
+        params, state = step({"w": rng.normal(size=4).astype(np.float32)}, state, params)
         assert np.all(np.asarray(params["w"]) >= 0)
         assert float(jnp.sum(params["w"])) == pytest.approx(1.0, abs=1e-6)
     with pytest.raises(ValueError, match=r"box: lower must be <= upper, got lower=1.0, upper=0.0"):
@@ -143,11 +148,20 @@ def test_wrappers_land_on_the_projections_of_gradtx_and_optax():
             (),
         ),
     ]
-    for tx, reference, args in cases:
-        u, _ = tx.update(updates, tx.init(params), params)
-        new = gradtx.apply_updates(params, u)
-        if reference is optax.projections.projection_box:  # optax needs per-leaf bounds
-            args = tuple(jax.tree.map(lambda x, b=b: jnp.full_like(x, b), candidate) for b in args)
-        expected = reference(candidate, *args)
+
+    @jax.jit  # every case, ours and the reference, in one program
+    def land(params, updates, candidate):
+        out = []
+        for tx, reference, args in cases:
+            u, _ = tx.update(updates, tx.init(params), params)
+            new = gradtx.apply_updates(params, u)
+            if reference is optax.projections.projection_box:  # optax needs per-leaf bounds
+                args = tuple(
+                    jax.tree.map(lambda x, b=b: jnp.full_like(x, b), candidate) for b in args
+                )
+            out.append((new, reference(candidate, *args)))
+        return out
+
+    for new, expected in land(params, updates, candidate):
         for a, b in zip(jax.tree.leaves(new), jax.tree.leaves(expected), strict=True):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
