@@ -28,33 +28,41 @@ def _spd(n: int, seed: int, cond: float = 20.0) -> np.ndarray:
 
 
 def test_power_iteration_matches_optax_on_spd_matrices():
-    m = jnp.asarray(_spd(6, 0))
-    ev_ours, vec_ours = la.power_iteration(m)
-    ev_ref, vec_ref = optax.power_iteration(m)
-    np.testing.assert_allclose(ev_ours, ev_ref, rtol=RTOL)
-    np.testing.assert_allclose(vec_ours, vec_ref, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(ev_ours, np.linalg.eigvalsh(np.asarray(m)).max(), rtol=1e-4)
-    # An explicit v0, a key, a capped number of iterations, under jit.
-    v0 = jnp.arange(1.0, 7.0)
-    for kw in ({"v0": v0, "num_iters": 3}, {"key": jax.random.PRNGKey(3), "num_iters": 5}):
-        ours = jax.jit(lambda a, kw=kw: la.power_iteration(a, **kw))(m)
-        ref = optax.power_iteration(m, **kw)
+    m = _spd(6, 0)
+    # An explicit v0, a key, a capped number of iterations.
+    v0 = np.arange(1.0, 7.0, dtype=np.float32)
+
+    @jax.jit  # one program for every case
+    def both(m):
+        kws = ({}, {"v0": v0, "num_iters": 3}, {"key": jax.random.PRNGKey(3), "num_iters": 5})
+        return [(la.power_iteration(m, **kw), optax.power_iteration(m, **kw)) for kw in kws]
+
+    (ours, ref), *others = both(m)
+    np.testing.assert_allclose(ours[0], ref[0], rtol=RTOL)
+    np.testing.assert_allclose(ours[1], ref[1], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ours[0], np.linalg.eigvalsh(m).max(), rtol=1e-4)
+    for ours, ref in others:
         np.testing.assert_allclose(ours[0], ref[0], rtol=RTOL)
         np.testing.assert_allclose(ours[1], ref[1], rtol=1e-4, atol=1e-5)
 
 
 def test_power_iteration_matrix_free_on_a_pytree():
-    m1, m2 = jnp.asarray(_spd(3, 1)), jnp.asarray(_spd(2, 2, cond=5.0))
-    mvp = lambda t: {"a": m1 @ t["a"], "b": m2 @ t["b"]}
-    v0 = {"a": jnp.ones(3), "b": jnp.ones(2)}
-    ours, ref = la.power_iteration(mvp, v0=v0), optax.power_iteration(mvp, v0=v0)
+    @jax.jit  # one program for both sides
+    def both(m1, m2, v0):
+        mvp = lambda t: {"a": m1 @ t["a"], "b": m2 @ t["b"]}
+        return la.power_iteration(mvp, v0=v0), optax.power_iteration(mvp, v0=v0)
+
+    m1, m2 = _spd(3, 1), _spd(2, 2, cond=5.0)
+    ours, ref = both(m1, m2, {"a": np.ones(3, np.float32), "b": np.ones(2, np.float32)})
     np.testing.assert_allclose(ours[0], ref[0], rtol=RTOL)
     for k in ("a", "b"):
         np.testing.assert_allclose(ours[1][k], ref[1][k], rtol=1e-4, atol=1e-5)
+    # the argument errors, eager (device arrays: no conversion compiled)
+    m1, m2 = jax.device_put((m1, m2))
     with pytest.raises(ValueError, match="v0 is required"):
-        la.power_iteration(mvp)
+        la.power_iteration(lambda t: {"a": m1 @ t["a"], "b": m2 @ t["b"]})
     with pytest.raises(ValueError, match="square 2-D"):
-        la.power_iteration(jnp.ones((2, 3)))
+        la.power_iteration(jax.device_put(np.ones((2, 3), np.float32)))
 
 
 # ------------------------------------------------------------------ matrix_inverse_pth_root
@@ -92,32 +100,55 @@ def test_matrix_inverse_pth_root_matches_optax(p):
 def test_matrix_inverse_pth_root_any_integer_p_and_size_one():
     # Optax maps p=3 onto the 4th power of its Newton step (its switch over 1, 2, 4, 8); the
     # root here is the true inverse cube root, and a traced p gives the same.
-    m = jnp.asarray(_spd(4, 7, cond=4.0))
+    @jax.jit  # one program: p = 3 static and traced, and the 1x1 case on both sides
+    def roots(m, p, one):
+        return {
+            "static": la.matrix_inverse_pth_root(m, 3)[0],
+            "traced": la.matrix_inverse_pth_root(m, p)[0],
+            "one": (
+                la.matrix_inverse_pth_root(one, 2)[0],
+                optax.matrix_inverse_pth_root(one, 2)[0],
+            ),
+        }
+
+    m = _spd(4, 7, cond=4.0)
     w, v = np.linalg.eigh(np.asarray(m, np.float64))
-    root, _ = la.matrix_inverse_pth_root(m, 3)
+    out = roots(m, np.int32(3), np.asarray([[4.0]], np.float32))
+    root = out["static"]
     np.testing.assert_allclose(root, (v * w ** (-1 / 3)) @ v.T, rtol=1e-3, atol=1e-4)
-    traced, _ = jax.jit(la.matrix_inverse_pth_root)(m, jnp.int32(3))
-    np.testing.assert_allclose(traced, root, rtol=1e-4, atol=1e-5)
-    one = jnp.asarray([[4.0]])
-    np.testing.assert_allclose(
-        la.matrix_inverse_pth_root(one, 2)[0], optax.matrix_inverse_pth_root(one, 2)[0], RTOL
-    )
+    np.testing.assert_allclose(out["traced"], root, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(*out["one"], RTOL)
+    # the argument errors, eager (device arrays: no conversion compiled)
+    m = jax.device_put(m)
     for bad in (0, -2, 2.5, True):
         with pytest.raises(ValueError, match="p must be a positive integer"):
             la.matrix_inverse_pth_root(m, bad)
     with pytest.raises(ValueError, match="square 2-D"):
-        la.matrix_inverse_pth_root(jnp.ones(3), 2)
+        la.matrix_inverse_pth_root(jax.device_put(np.ones(3, np.float32)), 2)
 
 
 # ------------------------------------------------------------------------------------- nnls
 
 
 def test_nnls_matches_optax_and_scipy():
+    @jax.jit  # one program for every value below
+    def values(a, b, bk, zeros_a, ones_b):
+        kw = {"unroll": 2, "L": 50.0}
+        return {
+            "x": (la.nnls(a, b, 500), optax.nnls(a, b, 500)),
+            # Several right-hand sides, an explicit L, unroll, and an all-zero A.
+            "several": (la.nnls(a, bk, 20, **kw), optax.nnls(a, bk, 20, **kw)),
+            "zero_a": la.nnls(zeros_a, ones_b, 5),
+            "no_iters": la.nnls(a, b, 0),
+        }
+
     rng = np.random.default_rng(4)
-    a = jnp.asarray(rng.normal(size=(8, 5)), jnp.float32)
-    b = jnp.asarray(rng.normal(size=(8,)), jnp.float32)
-    x = la.nnls(a, b, 500)
-    np.testing.assert_allclose(x, optax.nnls(a, b, 500), rtol=1e-4, atol=1e-5)
+    a = rng.normal(size=(8, 5)).astype(np.float32)
+    b = rng.normal(size=(8,)).astype(np.float32)
+    bk = rng.normal(size=(8, 2)).astype(np.float32)
+    out = values(a, b, bk, np.zeros((3, 2), np.float32), np.ones(3, np.float32))
+    x, x_ref = out["x"]
+    np.testing.assert_allclose(x, x_ref, rtol=1e-4, atol=1e-5)
     assert (np.asarray(x) >= 0).all()
     try:
         from scipy.optimize import nnls as scipy_nnls
@@ -127,24 +158,21 @@ def test_nnls_matches_optax_and_scipy():
         np.testing.assert_allclose(
             x, scipy_nnls(np.asarray(a, np.float64), np.asarray(b, np.float64))[0], atol=1e-4
         )
-    # Several right-hand sides, an explicit L, unroll, and an all-zero A.
-    bk = jnp.asarray(rng.normal(size=(8, 2)), jnp.float32)
-    kw = {"unroll": 2, "L": 50.0}
-    np.testing.assert_allclose(
-        la.nnls(a, bk, 20, **kw), optax.nnls(a, bk, 20, **kw), rtol=1e-4, atol=1e-5
-    )
-    np.testing.assert_array_equal(la.nnls(jnp.zeros((3, 2)), jnp.ones(3), 5), np.zeros(2))
-    np.testing.assert_array_equal(la.nnls(a, b, 0), np.zeros(5))
+    np.testing.assert_allclose(*out["several"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(out["zero_a"], np.zeros(2))
+    np.testing.assert_array_equal(out["no_iters"], np.zeros(5))
 
 
 def test_nnls_errors_name_the_argument():
-    a, b = jnp.ones((3, 2)), jnp.ones(3)
+    # eager, on device arrays (put there from NumPy: no conversion compiled)
+    ones = lambda *shape: jax.device_put(np.ones(shape, np.float32))
+    a, b = ones(3, 2), ones(3)
     with pytest.raises(ValueError, match="A must be a 2-D"):
-        la.nnls(jnp.ones(3), b, 5)
+        la.nnls(ones(3), b, 5)
     with pytest.raises(ValueError, match="b must be an"):
-        la.nnls(a, jnp.ones((3, 1, 1)), 5)
+        la.nnls(a, ones(3, 1, 1), 5)
     with pytest.raises(ValueError, match="b has 4 rows but A has 3"):
-        la.nnls(a, jnp.ones(4), 5)
+        la.nnls(a, ones(4), 5)
     with pytest.raises(ValueError, match="iters must be a non-negative int"):
         la.nnls(a, b, 2.5)
 
@@ -188,15 +216,20 @@ def test_multi_normal_matches_optax():
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
 @pytest.mark.parametrize("k", [(), (3,)])
 def test_nnls_keeps_the_input_dtype(dtype, k):
-    a = jax.random.normal(jax.random.key(0), (6, 4), dtype=dtype)
-    b = jax.random.normal(jax.random.key(1), (6, *k), dtype=dtype)
-    x = gradtx.nnls(a, b, iters=5)
+    @jax.jit  # one program per case: the draws and the solve
+    def solve():
+        a = jax.random.normal(jax.random.key(0), (6, 4), dtype=dtype)
+        b = jax.random.normal(jax.random.key(1), (6, *k), dtype=dtype)
+        return gradtx.nnls(a, b, iters=5)
+
+    x = solve()
     assert x.dtype == dtype
     assert x.shape == (4, *k)
-    assert bool((x >= 0).all())
+    assert bool((np.asarray(x, np.float32) >= 0).all())
 
 
 def test_nnls_integer_inputs_give_a_float_result():
-    x = gradtx.nnls(jnp.array([[1, 2], [3, 4]]), jnp.array([5, 6]), iters=1000)
+    a, b = np.array([[1, 2], [3, 4]], np.int32), np.array([5, 6], np.int32)
+    x = jax.jit(lambda a, b: gradtx.nnls(a, b, iters=1000))(a, b)
     assert jnp.issubdtype(x.dtype, jnp.floating)
     np.testing.assert_allclose(np.asarray(x), [0.0, 1.7], atol=1e-2)

@@ -22,10 +22,10 @@ B = 8  # batch size
 
 def _data(seed=0, batch=B):
     rng = np.random.default_rng(seed)
-    x = jnp.asarray(rng.normal(size=(batch, 3)), jnp.float32)
-    y = jnp.asarray(rng.normal(size=(batch,)), jnp.float32)
-    z = jnp.asarray(rng.normal(size=(2, batch)), jnp.float32)  # batch on axis 1
-    return x, y, z
+    x = rng.normal(size=(batch, 3)).astype(np.float32)
+    y = rng.normal(size=(batch,)).astype(np.float32)
+    z = rng.normal(size=(2, batch)).astype(np.float32)  # batch on axis 1
+    return jax.device_put((x, y, z))
 
 
 def _fun(x, scale, *, z):
@@ -36,6 +36,9 @@ def _fun(x, scale, *, z):
         "total": jnp.sum(per_example, axis=0),
         "stats": (jnp.mean(x), jnp.max(z)),
     }
+
+
+_whole = jax.jit(_fun)  # the reference: `_fun` on the whole batch, one program for all cases
 
 
 def _types(lib):
@@ -53,9 +56,8 @@ def _accumulator(lib, mean_kind):
 @pytest.mark.parametrize("mean_kind", ["MEAN", "RUNNING_MEAN"])
 def test_microbatch_matches_optax(mean_kind, size, use_jit):
     x, _, z = _data()
-    outs = []
-    for lib in (mb, omb):
-        f = lib.microbatch(
+    fs = [
+        lib.microbatch(
             _fun,
             argnums=0,
             microbatch_size=size,
@@ -63,11 +65,13 @@ def test_microbatch_matches_optax(mean_kind, size, use_jit):
             argnames="z",
             in_axes=(0, 1),
         )
-        f = jax.jit(f) if use_jit else f
-        outs.append(f(x, 1.5, z=z))
+        for lib in (mb, omb)
+    ]
+    both = lambda x, z: [f(x, 1.5, z=z) for f in fs]
+    outs = (jax.jit(both) if use_jit else both)(x, z)
     assert_trees_close(outs[0], outs[1], 1e-6, 1e-6)
     # and CONCAT / SUM give what the function gives on the whole batch
-    whole = _fun(x, 1.5, z=z)
+    whole = _whole(x, 1.5, z=z)
     assert_trees_close(outs[0]["mapped"], whole["mapped"], 1e-6, 1e-6)
     assert_trees_close(outs[0]["total"], whole["total"], 1e-5, 1e-6)
 
@@ -76,13 +80,16 @@ def test_microbatch_matches_optax(mean_kind, size, use_jit):
 def test_num_real_microbatches_matches_optax(use_jit):
     x, y, _ = _data()
     fun = lambda x, y: (jnp.mean(x * y[:, None], axis=0), jnp.sum(y), x)
-    outs = []
+    fs = []
     for lib in (mb, omb):
         t = lib.AccumulationType
-        f = lib.microbatch(
-            fun, (0, 1), 2, (t.RUNNING_MEAN, t.SUM, t.CONCAT), num_real_microbatches=jnp.int32(3)
+        fs.append(
+            lib.microbatch(
+                fun, (0, 1), 2, (t.RUNNING_MEAN, t.SUM, t.CONCAT), num_real_microbatches=np.int32(3)
+            )
         )
-        outs.append((jax.jit(f) if use_jit else f)(x, y))
+    both = lambda x, y: [f(x, y) for f in fs]
+    outs = (jax.jit(both) if use_jit else both)(x, y)
     assert_trees_close(outs[0], outs[1], 1e-6, 1e-7)
     # the running mean is over the 3 microbatches that ran (examples i, i + 4 for i < 3)
     ran = np.asarray([0, 4, 1, 5, 2, 6])
@@ -96,10 +103,12 @@ def test_microbatch_none_returns_fun():
 
 @pytest.mark.parametrize("axis", [0, 1])
 def test_reshape_batch_axis_matches_optax(axis):
-    x = jnp.arange(2 * 12 * 3.0).reshape((2, 12, 3) if axis == 1 else (12, 2, 3))
+    x = np.arange(2 * 12 * 3.0).reshape((2, 12, 3) if axis == 1 else (12, 2, 3))
     tree = {"x": x, "y": [x + 1]}
-    ours = mb.reshape_batch_axis(tree, 4, axis)
-    assert_trees_close(ours, omb.reshape_batch_axis(tree, 4, axis), 0, 0)
+    ours, ref = jax.jit(
+        lambda t: (mb.reshape_batch_axis(t, 4, axis), omb.reshape_batch_axis(t, 4, axis))
+    )(tree)
+    assert_trees_close(ours, ref, 0, 0)
     assert ours["x"].shape[axis : axis + 2] == (3, 4)
 
 
@@ -120,20 +129,21 @@ def test_reshape_keeps_explicit_batch_sharding(cpu_devices):
 @pytest.mark.parametrize("kind", ["CONCAT", "SUM", "MEAN"])
 def test_micro_vmap_matches_optax_and_vmap(kind, use_jit):
     x, y, _ = _data()
-    w = jnp.arange(3.0)
+    w = jax.device_put(np.arange(3.0, dtype=np.float32))
     fun = lambda x, w, y: (jnp.dot(x, w) * y, {"sq": x**2})
-    outs = []
-    for lib in (mb, omb):
-        f = lib.micro_vmap(
+    fs = [
+        lib.micro_vmap(
             fun,
             in_axes=(0, None),
             microbatch_size=2,
             accumulator=getattr(lib.AccumulationType, kind),
         )
-        f = jax.jit(f) if use_jit else f
-        outs.append(f(x, w, y=y))
+        for lib in (mb, omb)
+    ]
+    both = lambda x, w, y: [f(x, w, y=y) for f in fs]
+    outs = (jax.jit(both) if use_jit else both)(x, w, y)
     assert_trees_close(outs[0], outs[1], 1e-6, 1e-6)
-    mapped = jax.vmap(lambda x, y: fun(x, w, y))(x, y)
+    mapped = jax.jit(jax.vmap(lambda x, y: fun(x, w, y)))(x, y)
     reduce = {"CONCAT": lambda v: v, "SUM": lambda v: v.sum(0), "MEAN": lambda v: v.mean(0)}[kind]
     assert_trees_close(outs[0], jax.tree.map(reduce, mapped), 1e-5, 1e-6)
 
@@ -179,23 +189,26 @@ def test_micro_grad_trains_like_optax(size, has_aux, keep_batch_dim):
     noise = rng.normal(size=B)
     targets = jnp.asarray(features @ np.array([1.0, -2.0, 0.5]) + 0.3 + noise, jnp.float32)
     params = {"w": jnp.zeros(3), "b": jnp.zeros(())}
-    runs = []
-    for lib in (gradtx, optax):
-        grad_fn = _dp_grad(lib, size, has_aux, keep_batch_dim)
-        tx = lib.sgd(lib.linear_schedule(1.0, 0.1, 50))
+    libs = (gradtx, optax)
+    grad_fns = [_dp_grad(lib, size, has_aux, keep_batch_dim) for lib in libs]
+    txs = [lib.sgd(lib.linear_schedule(1.0, 0.1, 50)) for lib in libs]
 
-        @jax.jit
-        def step(p, s, grad_fn=grad_fn, tx=tx):
+    @jax.jit
+    def step(carries):  # a step of each library's run, in one program
+        out = []
+        for lib, grad_fn, tx, (p, s) in zip(libs, grad_fns, txs, carries, strict=True):
             grads, aux = grad_fn(p, features, targets)
             u, s = tx.update(grads, s, p)
-            return lib.apply_updates(p, u), s, aux
+            out.append((lib.apply_updates(p, u), s, aux))
+        return out
 
-        p, s = params, tx.init(params)
-        history = []
-        for _ in range(100):
-            p, s, aux = step(p, s)
+    carries = [(params, tx.init(params)) for tx in txs]
+    runs: list[list] = [[], []]
+    for _ in range(100):
+        out = step(carries)
+        carries = [(p, s) for p, s, _ in out]
+        for history, (p, _, aux) in zip(runs, out, strict=True):
             history.append((p, aux))
-        runs.append(history)
     for i, ((p, aux), (rp, raux)) in enumerate(zip(*runs, strict=True)):
         assert_trees_close(p, rp, 1e-5, 1e-6, msg=f"step {i}")
         assert_trees_close(tuple(aux), tuple(raux), 1e-5, 1e-6, msg=f"aux at step {i}")
@@ -204,11 +217,12 @@ def test_micro_grad_trains_like_optax(size, has_aux, keep_batch_dim):
 
 def test_micro_grad_eager_matches_optax():
     rng = np.random.default_rng(5)
-    features = jnp.asarray(rng.normal(size=(B, 3)), jnp.float32)
-    targets = jnp.asarray(rng.normal(size=(B,)), jnp.float32)
-    params = {"w": jnp.ones(3), "b": jnp.zeros(())}
+    features = rng.normal(size=(B, 3)).astype(np.float32)
+    targets = rng.normal(size=(B,)).astype(np.float32)
+    params = {"w": np.ones(3, np.float32), "b": np.zeros((), np.float32)}
+    params, features, targets = jax.device_put((params, features, targets))
     ours = _dp_grad(gradtx, 2, True, True)(params, features, targets)
-    ref = _dp_grad(optax, 2, True, True)(params, features, targets)
+    ref = jax.jit(_dp_grad(optax, 2, True, True))(params, features, targets)  # the reference
     assert_trees_close(ours[0], ref[0], 1e-6, 1e-7)
     assert_trees_close(tuple(ours[1]), tuple(ref[1]), 1e-6, 1e-7)
 

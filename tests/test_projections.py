@@ -30,7 +30,9 @@ SCALED = [  # (name, scales): functions of (tree, scale)
 
 
 def _tree(seed, spread=1.0):
-    return jax.tree.map(lambda x: spread * x, mixed_params(seed))
+    """`mixed_params(seed)` times `spread`, scaled in NumPy and put on the device (an eager
+    multiply would compile one program per leaf shape)."""
+    return jax.tree.map(lambda x: jax.device_put(spread * np.asarray(x)), mixed_params(seed))
 
 
 def _leaves64(tree):
@@ -93,53 +95,69 @@ def _in_set(name, x, p, s):
 
 @pytest.mark.parametrize(("name", "scales"), SCALED, ids=[n for n, _ in SCALED])
 def test_scaled_projections_match_optax(name, scales):
-    # one compilation per side: the trees share a structure and the scale is traced
-    ours, theirs = jax.jit(getattr(gp, name)), jax.jit(getattr(op, name))
+    # one program for both sides, compiled for an int and a float scale: the trees share a
+    # structure and the scale is traced
+    ours, theirs = getattr(gp, name), getattr(op, name)
+    both = jax.jit(lambda tree, s: (ours(tree, s), theirs(tree, s)))
     for seed in SEEDS:
         for spread in (0.01, 1.0, 3.0):  # inside and outside the sets
             tree = _tree(seed, spread)
             for s in scales:
-                out = ours(tree, s)
-                assert_trees_close(out, theirs(tree, s))
+                out, expected = both(tree, s)
+                assert_trees_close(out, expected)
                 _in_set(name, _flat64(tree), _flat64(out), s)
 
 
 def test_separable_projections_match_optax():
-    box_ours, box_theirs = jax.jit(gp.projection_box), jax.jit(op.projection_box)
-    relu_ours, relu_theirs = (
-        jax.jit(gp.projection_non_negative),
-        jax.jit(op.projection_non_negative),
-    )
+    @jax.jit  # one program for the three seeds (their trees share a structure)
+    def per_seed(tree, lower, upper):
+        zeros = jax.tree.map(jnp.zeros_like, upper)
+        return [
+            (gp.projection_non_negative(tree), op.projection_non_negative(tree)),
+            (gp.projection_box(tree, lower, upper), op.projection_box(tree, lower, upper)),
+            (gp.projection_hypercube(tree, upper), op.projection_box(tree, zeros, upper)),
+        ]
+
     for seed in SEEDS:
         tree = _tree(seed, 2.0)
-        assert_trees_close(relu_ours(tree), relu_theirs(tree))
         rng = np.random.default_rng(seed)
-        lower = jax.tree.map(lambda x: jnp.asarray(rng.uniform(-1, 0, x.shape), x.dtype), tree)
-        upper = jax.tree.map(lambda x: jnp.asarray(rng.uniform(0, 1, x.shape), x.dtype), tree)
-        assert_trees_close(box_ours(tree, lower, upper), box_theirs(tree, lower, upper))
-        zeros = jax.tree.map(jnp.zeros_like, upper)
-        assert_trees_close(gp.projection_hypercube(tree, upper), box_theirs(tree, zeros, upper))
+        lower = jax.tree.map(lambda x: rng.uniform(-1, 0, x.shape).astype(x.dtype), tree)
+        upper = jax.tree.map(lambda x: rng.uniform(0, 1, x.shape).astype(x.dtype), tree)
+        for ours, theirs in per_seed(tree, lower, upper):  # relu, box, hypercube
+            assert_trees_close(ours, theirs)
+
     # optax broadcasts scalar bounds onto a single array only (its tree.map needs the bounds'
     # structure); gradtx broadcasts them onto every leaf of a tree too
-    leaf = _tree(0, 2.0)["dense"]["kernel"]
-    assert_trees_close(gp.projection_box(leaf, -0.5, 0.2), op.projection_box(leaf, -0.5, 0.2))
-    for s in (1, 0.4):
-        assert_trees_close(gp.projection_hypercube(leaf, s), op.projection_hypercube(leaf, s))
-    tree = {"a": leaf, "b": -leaf[0]}
-    assert_trees_close(
-        gp.projection_box(tree, -0.5, 0.2), jax.tree.map(lambda x: jnp.clip(x, -0.5, 0.2), tree)
-    )
-    assert_trees_close(
-        gp.projection_hypercube(tree, 0.4), jax.tree.map(lambda x: jnp.clip(x, 0.0, 0.4), tree)
-    )
+    @jax.jit  # one program for the scalar bounds
+    def scalar_bounds(leaf):
+        tree = {"a": leaf, "b": -leaf[0]}
+        return [
+            (gp.projection_box(leaf, -0.5, 0.2), op.projection_box(leaf, -0.5, 0.2)),
+            *[
+                (gp.projection_hypercube(leaf, s), op.projection_hypercube(leaf, s))
+                for s in (1, 0.4)
+            ],
+            (
+                gp.projection_box(tree, -0.5, 0.2),
+                jax.tree.map(lambda x: jnp.clip(x, -0.5, 0.2), tree),
+            ),
+            (
+                gp.projection_hypercube(tree, 0.4),
+                jax.tree.map(lambda x: jnp.clip(x, 0.0, 0.4), tree),
+            ),
+        ]
+
+    for ours, theirs in scalar_bounds(_tree(0, 2.0)["dense"]["kernel"]):
+        assert_trees_close(ours, theirs)
 
 
 @pytest.mark.parametrize("name", ["projection_hyperplane", "projection_halfspace"])
 def test_affine_projections_match_optax(name):
     ours, theirs = jax.jit(getattr(gp, name)), jax.jit(getattr(op, name))
+    vdot = jax.jit(optax.tree.vdot)  # one program (an eager vdot compiles one per leaf shape)
     for seed in SEEDS:
         x, a = _tree(seed), _tree(seed + 10)
-        inner = float(optax.tree.vdot(x, a))
+        inner = float(vdot(x, a))
         for b in (inner - 2.0, inner + 0.5, 0.0, 3.0):
             out = ours(x, a, b)
             assert_trees_close(out, theirs(x, a, b))
@@ -188,23 +206,34 @@ def test_gradients_match_optax(name, scales):
 
 
 def test_gradients_of_the_other_projections_match_optax():
+    @jax.jit  # one program for every case, both sides
+    def grads(x, a, w):
+        b = optax.tree.vdot(x, a) - 1.0  # x outside the halfspace
+        lower = jax.tree.map(lambda t: jnp.full_like(t, -0.5), x)
+        upper = jax.tree.map(lambda t: jnp.full_like(t, 0.5), x)
+        cases = [
+            ("projection_hyperplane", (x, a, b), (0, 1, 2)),
+            ("projection_halfspace", (x, a, b), (0, 1, 2)),
+            ("projection_vector", (x, a), (0, 1)),
+            ("projection_non_negative", (x,), 0),
+            ("projection_box", (x, lower, upper), 0),
+        ]
+        return [
+            tuple(
+                jax.grad(_loss(getattr(lib, name), w), argnums=argnums)(*args) for lib in (gp, op)
+            )
+            for name, args, argnums in cases
+        ]
+
     rng = np.random.default_rng(0)
     x, a, w = (
-        {"u": jnp.asarray(rng.normal(size=3)), "v": jnp.asarray(rng.normal(size=(2, 2)))}
+        {
+            "u": rng.normal(size=3).astype(np.float32),
+            "v": rng.normal(size=(2, 2)).astype(np.float32),
+        }
         for _ in range(3)
     )
-    b = float(optax.tree.vdot(x, a)) - 1.0  # x outside the halfspace
-    lower, upper = jax.tree.map(lambda t: jnp.full_like(t, -0.5), x), 0.5
-    cases = [
-        ("projection_hyperplane", (x, a, b), (0, 1, 2)),
-        ("projection_halfspace", (x, a, b), (0, 1, 2)),
-        ("projection_vector", (x, a), (0, 1)),
-        ("projection_non_negative", (x,), 0),
-        ("projection_box", (x, lower, jax.tree.map(lambda t: jnp.full_like(t, upper), x)), 0),
-    ]
-    for name, args, argnums in cases:
-        ours = jax.jit(jax.grad(_loss(getattr(gp, name), w), argnums=argnums))(*args)
-        theirs = jax.jit(jax.grad(_loss(getattr(op, name), w), argnums=argnums))(*args)
+    for ours, theirs in grads(x, a, w):
         assert_trees_close(ours, theirs, rtol=1e-4, atol=1e-5)
 
 
@@ -329,8 +358,8 @@ def test_scale_zero_gives_zeros():
 
 
 def test_dtypes_and_structure_are_kept():
-    tree = mixed_params(dtype=jnp.bfloat16)
     x, a = _tree(0), _tree(1)
+    tree = jax.tree.map(lambda y: jax.ShapeDtypeStruct(y.shape, jnp.bfloat16), x)
     shape = jax.eval_shape  # structure and dtypes without compiling
     outs = [shape(functools.partial(getattr(gp, n), scale=0.5), tree) for n, _ in SCALED]
     outs += [shape(gp.projection_non_negative, tree)]
@@ -345,7 +374,7 @@ def test_dtypes_and_structure_are_kept():
     for fn in (gp.projection_hyperplane, gp.projection_halfspace):
         assert jax.tree.structure(shape(fn, x, a, 0.0)) == jax.tree.structure(x)
     # integer input to a non-separable projection comes back as float32
-    p = gp.projection_simplex(jnp.asarray([3, 1, 0]))
+    p = jax.jit(gp.projection_simplex)(np.asarray([3, 1, 0], np.int32))
     assert p.dtype == jnp.float32
     np.testing.assert_allclose(np.asarray(p), [1.0, 0.0, 0.0])
     # an empty tree
@@ -364,7 +393,7 @@ def test_negative_or_non_scalar_scale_is_refused(name):
     with pytest.raises(ValueError, match=rf"{name}: scale must be >= 0, got -1.0"):
         fn(-1.0)
     with pytest.raises(ValueError, match=rf"{name}: scale must be"):
-        fn(jnp.asarray([1.0, 2.0]))
+        fn(jax.device_put(np.asarray([1.0, 2.0], np.float32)))
     with pytest.raises(ValueError, match=rf"{name}: scale must be"):
         fn(float("nan"))
     if name != "projection_linf_ball":  # inf means no constraint there

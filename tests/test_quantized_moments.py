@@ -25,12 +25,14 @@ SMALL = gradtx.quantized(block_size=16, min_size=0)  # quantizes every leaf of m
 
 def _params(dtype=jnp.float32):
     rng = np.random.default_rng(0)
-    return {
-        "w": jnp.asarray(rng.standard_normal((24, 40)), dtype),  # 960 values: 24 row blocks
-        "v": jnp.asarray(rng.standard_normal(300), dtype),  # 5 blocks of 60
-        "u": jnp.asarray(rng.standard_normal(263), dtype),  # prime: flat blocks, a short last
-        "b": jnp.asarray(rng.standard_normal(8), dtype),  # below min_size: float32
-    }
+    return jax.device_put(
+        {
+            "w": rng.standard_normal((24, 40)).astype(dtype),  # 960 values: 24 row blocks
+            "v": rng.standard_normal(300).astype(dtype),  # 5 blocks of 60
+            "u": rng.standard_normal(263).astype(dtype),  # prime: flat blocks, a short last
+            "b": rng.standard_normal(8).astype(dtype),  # below min_size: float32
+        }
+    )
 
 
 def _loss(p):
@@ -80,11 +82,17 @@ def test_8bit_follows_float32_over_200_steps(name):
     # here move by ~1 in all).
     make = CASES[name]
     params = _params()
-    ref, _ = jax.jit(lambda p: _train(make(None), p, 200))(params)
-    got, state = jax.jit(lambda p: _train(make(Q8), p, 200))(params)
+
+    @jax.jit
+    def both(p):  # the float32 and the 8-bit run, and their losses, in one program
+        ref, _ = _train(make(None), p, 200)
+        got, state = _train(make(Q8), p, 200)
+        return ref, got, state, (_loss(p), _loss(ref), _loss(got))
+
+    ref, got, state, losses = both(params)
     kinds = {type(x).__name__ for x in jax.tree.leaves(state, is_leaf=Q.is_quantized)}
     assert "QuantizedArray" in kinds
-    l0, lr, lq = float(_loss(params)), float(_loss(ref)), float(_loss(got))
+    l0, lr, lq = (float(x) for x in losses)
     assert lr < 0.5 * l0, (name, l0, lr)  # the float32 run makes progress
     assert abs(lq - lr) <= 0.02 * l0, (name, lr, lq)
     for k in params:
@@ -95,15 +103,14 @@ def test_8bit_follows_float32_over_200_steps(name):
 def test_state_layout_bytes_and_dtypes_with_bf16_params():
     params = _params(jnp.bfloat16)
     tx = gradtx.adam(0.01, mu_dtype=Q8, nu_dtype=Q8)
-    state = tx.init(params)
+    state = jax.jit(tx.init)(params)
     mu, nu = state[0].mu, state[0].nu
     assert mu["w"].codes.dtype == jnp.int8 and nu["w"].codes.dtype == jnp.uint8
     # blocks follow the rows when the last dimension has a divisor in [block/2, block]: 40 here
     assert mu["w"].codes.shape == (24, 40) and mu["w"].scale.shape == (24,)
     assert mu["v"].scale.shape == (5,)  # 300 values: 5 blocks of 60
     assert mu["b"].dtype == jnp.float32 and nu["b"].dtype == jnp.float32  # small: float32
-    g = jax.tree.map(jnp.ones_like, params)
-    u, new = jax.jit(tx.update)(g, state, params)
+    u, new = jax.jit(lambda s, p: tx.update(jax.tree.map(jnp.ones_like, p), s, p))(state, params)
     assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(u))
     assert [x.dtype for x in jax.tree.leaves(new)] == [x.dtype for x in jax.tree.leaves(state)]
     # about 2 bytes per parameter for both moments on a large leaf (codes + a scale per block)
@@ -138,11 +145,10 @@ def test_init_from_shapes_scan_and_no_retrace():
 def test_mixed_pytree_and_structure_errors():
     params = mixed_params()
     tx = gradtx.adam(0.01, mu_dtype=SMALL, nu_dtype=SMALL)
-    state = tx.init(params)
-    g = jax.tree.map(jnp.ones_like, params)
-    u, _ = jax.jit(tx.update)(g, state, params)
+    g = jax.tree.map(lambda x: np.ones(x.shape, x.dtype), params)
+    state, u = jax.jit(lambda g, p: (tx.init(p), tx.update(g, tx.init(p), p)[0]))(g, params)
     assert jax.tree.structure(u) == jax.tree.structure(params)
-    bad = dict(g, extra=jnp.ones(3))
+    bad = dict(g, extra=np.ones(3, np.float32))
     with pytest.raises(ValueError, match=r"scale_by_adam: updates and state\.mu differ"):
         tx.update(bad, state, params)
 
@@ -172,17 +178,20 @@ def test_checkpoint_round_trip_is_bit_exact(tmp_path):
 def test_nan_stays_visible_and_apply_if_finite_skips():
     params = _params()
     tx = gradtx.adam(0.01, mu_dtype=Q8, nu_dtype=Q8)
-    state = tx.init(params)
-    g = jax.tree.map(jnp.ones_like, params)
-    g["w"] = g["w"].at[0, 0].set(jnp.nan)
-    u, new = jax.jit(tx.update)(g, state, params)
-    mu = Q.decode(new[0].mu["w"])
+    guarded = gradtx.apply_if_finite(tx, max_consecutive_errors=3)
+    g = jax.tree.map(lambda x: np.ones(x.shape, x.dtype), params)
+    g["w"][0, 0] = np.nan
+
+    @jax.jit
+    def steps(g, p):
+        u, new = tx.update(g, tx.init(p), p)
+        gs = guarded.init(p)
+        return u, Q.decode(new[0].mu["w"]), gs, guarded.update(g, gs, p)
+
+    u, mu, gs, (u_guarded, gs2) = steps(g, params)
     assert np.isnan(float(mu[0, 0])) and np.isnan(float(u["w"][0, 0]))
     assert np.all(np.isfinite(np.asarray(mu).ravel()[1:]))  # the rest of the block is finite
-    guarded = gradtx.apply_if_finite(tx, max_consecutive_errors=3)
-    gs = guarded.init(params)
-    u, gs2 = jax.jit(guarded.update)(g, gs, params)
-    assert all(float(jnp.abs(x).max()) == 0 for x in jax.tree.leaves(u))
+    assert all(np.abs(np.asarray(x)).max() == 0 for x in jax.tree.leaves(u_guarded))
     chex.assert_trees_all_equal(gs2.inner_state, gs.inner_state)
 
 
@@ -190,18 +199,26 @@ def test_inject_hyperparams_and_accumulation_compose():
     params = _params()
     injected = gradtx.inject_hyperparams(gradtx.adam)(learning_rate=0.01, mu_dtype=Q8, nu_dtype=Q8)
     plain = gradtx.adam(0.01, mu_dtype=Q8, nu_dtype=Q8)
-    a, _ = _train(injected, params, 20)
-    b, _ = _train(plain, params, 20)
-    chex.assert_trees_all_close(a, b, rtol=1e-6, atol=1e-7)
     acc = gradtx.accumulate_k_steps(plain, 2)
-    grads = [jax.tree.map(lambda x, i=i: jnp.cos(x * (i + 1)), params) for i in range(4)]
-    acc_update, plain_update = jax.jit(acc.update), jax.jit(plain.update)
-    s, s_ref = acc.init(params), plain.init(params)
-    for i in range(0, 4, 2):
-        for j in (i, i + 1):
-            u, s = acc_update(grads[j], s, params)
-        mean = jax.tree.map(lambda x, y: (x + y) / 2, grads[i], grads[i + 1])
-        u_ref, s_ref = plain_update(mean, s_ref, params)
+
+    @jax.jit
+    def runs(params):
+        a, _ = _train(injected, params, 20)
+        b, _ = _train(plain, params, 20)
+        grads = [jax.tree.map(lambda x, i=i: jnp.cos(x * (i + 1)), params) for i in range(4)]
+        s, s_ref = acc.init(params), plain.init(params)
+        pairs = []
+        for i in range(0, 4, 2):
+            for j in (i, i + 1):
+                u, s = acc.update(grads[j], s, params)
+            mean = jax.tree.map(lambda x, y: (x + y) / 2, grads[i], grads[i + 1])
+            u_ref, s_ref = plain.update(mean, s_ref, params)
+            pairs.append((u, u_ref))
+        return a, b, pairs
+
+    a, b, pairs = runs(params)
+    chex.assert_trees_all_close(a, b, rtol=1e-6, atol=1e-7)
+    for u, u_ref in pairs:
         chex.assert_trees_all_close(u, u_ref, rtol=1e-6, atol=1e-8)
 
 
@@ -263,21 +280,32 @@ def test_plain_integer_dtypes_still_raise(make, message):
 def test_accumulation_carries_updates_in_its_buffer_and_keeps_narrow_accumulators_exact():
     # f32 gradients into a bf16 accumulator: the updates cannot ride in the bf16 buffer, so that
     # leaf gets a separate output; a f32 accumulator carries them (no scratch array).
-    params = {"a": jnp.linspace(-1.0, 1.0, 12), "b": jnp.linspace(0.0, 2.0, 6)}
+    params = {
+        "a": np.linspace(-1.0, 1.0, 12, dtype=np.float32),
+        "b": np.linspace(0.0, 2.0, 6, dtype=np.float32),
+    }
     inner = gradtx.adam(0.1)
     for dtype in (jnp.bfloat16, jnp.float32):
         acc = gradtx.accumulate_k_steps(inner, 2, accumulator_dtype=dtype)
-        s, s_ref = acc.init(params), inner.init(params)
-        for step in range(2):
-            g1 = jax.tree.map(lambda x, step=step: jnp.sin(3 * x + step), params)
-            g2 = jax.tree.map(lambda x, step=step: jnp.cos(2 * x - step), params)
-            u1, s = jax.jit(acc.update)(g1, s, params)
-            u2, s = jax.jit(acc.update)(g2, s, params)
-            mean = jax.tree.map(
-                lambda a, b: ((a.astype(dtype) + b).astype(dtype) / 2).astype(a.dtype), g1, g2
-            )
-            u_ref, s_ref = inner.update(mean, s_ref, params)
-            assert all(float(jnp.abs(x).max()) == 0 for x in jax.tree.leaves(u1))
+
+        @jax.jit
+        def steps(params, acc=acc, dtype=dtype):  # acc's two steps and the reference's one
+            s, s_ref = acc.init(params), inner.init(params)
+            out = []
+            for step in range(2):
+                g1 = jax.tree.map(lambda x, step=step: jnp.sin(3 * x + step), params)
+                g2 = jax.tree.map(lambda x, step=step: jnp.cos(2 * x - step), params)
+                u1, s = acc.update(g1, s, params)
+                u2, s = acc.update(g2, s, params)
+                mean = jax.tree.map(
+                    lambda a, b: ((a.astype(dtype) + b).astype(dtype) / 2).astype(a.dtype), g1, g2
+                )
+                u_ref, s_ref = inner.update(mean, s_ref, params)
+                out.append((u1, u2, u_ref))
+            return out
+
+        for u1, u2, u_ref in steps(params):
+            assert all(np.abs(np.asarray(x)).max() == 0 for x in jax.tree.leaves(u1))
             chex.assert_trees_all_close(u2, u_ref, rtol=1e-6, atol=1e-7)
             assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(u2))
     big = {"w": jax.ShapeDtypeStruct((256, 256), jnp.float32)}

@@ -4,6 +4,8 @@ float32 passthrough, non-finite values, checkpoints, jit and construction errors
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -28,7 +30,7 @@ def _problem():
     x_true = rng.uniform(0.5, 2.0, size=(8, 16)).astype(np.float32)
     b = a @ x_true + 0.1 * rng.normal(size=(32, 16)).astype(np.float32)
     x0 = rng.uniform(1.0, 3.0, size=(8, 16)).astype(np.float32)
-    return jnp.asarray(a), jnp.asarray(b), x0
+    return a, b, x0
 
 
 def _loss(params, a, b):
@@ -39,18 +41,27 @@ def _loss(params, a, b):
 def _train(tx, x0, dtype):
     """Params (in `dtype`, as float32) and the state after STEPS steps of `tx` (jitted)."""
     a, b, _ = _problem()
-    params = {"x": jnp.asarray(x0, dtype)}
-    state = tx.init(params)
 
     @jax.jit
-    def step(params, state):
-        grads = jax.grad(_loss)(params, a, b)
-        updates, state = tx.update(grads, state, params)
-        return gradtx.apply_updates(params, updates), state
+    def train(x0):
+        def step(carry, _):
+            params, state = carry
+            grads = jax.grad(_loss)(params, a, b)
+            updates, state = tx.update(grads, state, params)
+            return (gradtx.apply_updates(params, updates), state), None
 
-    for _ in range(STEPS):
-        params, state = step(params, state)
-    return np.asarray(params["x"].astype(jnp.float32)), state
+        params = {"x": x0.astype(dtype)}
+        (params, state), _ = jax.lax.scan(step, (params, tx.init(params)), None, length=STEPS)
+        return params["x"].astype(jnp.float32), state
+
+    x, state = train(x0)
+    return np.asarray(x), state
+
+
+@functools.cache
+def _uncompensated(start_dtype, dtype, lr=LR):
+    """`_train(_adamw(lr), _start(start_dtype), dtype)[0]`, once per process."""
+    return _train(_adamw(lr), _start(start_dtype), dtype)[0]
 
 
 def _adamw(lr=LR):
@@ -61,7 +72,7 @@ def _adamw(lr=LR):
 
 def _start(dtype):
     _, _, x0 = _problem()
-    return np.asarray(jnp.asarray(x0, dtype).astype(jnp.float32))  # representable: equal starts
+    return x0.astype(dtype).astype(np.float32)  # representable: equal starts
 
 
 @pytest.mark.parametrize(
@@ -75,8 +86,8 @@ def _start(dtype):
 )
 def test_bf16_params_track_the_float32_master(kwargs):
     x0 = _start(jnp.bfloat16)
-    ref = _train(_adamw(), x0, jnp.float32)[0]  # the float32-master trajectory
-    plain, _ = _train(_adamw(), x0, jnp.bfloat16)
+    ref = _uncompensated(jnp.bfloat16, jnp.float32)  # the float32-master trajectory
+    plain = _uncompensated(jnp.bfloat16, jnp.bfloat16)
     comp, state = _train(gradtx.with_compensation(_adamw(), **kwargs), x0, jnp.bfloat16)
     moved = np.max(np.abs(ref - x0))
     plain_err, comp_err = np.max(np.abs(plain - ref)), np.max(np.abs(comp - ref))
@@ -101,8 +112,8 @@ def _decoded_residual(residual, p, kwargs):
 
 def test_stochastic_rounding_without_residual_is_unbiased_on_the_trajectory():
     x0 = _start(jnp.bfloat16)
-    ref = _train(_adamw(), x0, jnp.float32)[0]
-    plain, _ = _train(_adamw(), x0, jnp.bfloat16)
+    ref = _uncompensated(jnp.bfloat16, jnp.float32)
+    plain = _uncompensated(jnp.bfloat16, jnp.bfloat16)
     tx = gradtx.with_compensation(_adamw(), residual=None, stochastic_rounding=True, key=0)
     comp, state = _train(tx, x0, jnp.bfloat16)
     assert jax.tree.leaves(state.residual) == []
@@ -210,19 +221,34 @@ def test_bf16_updates_keep_the_accounting_exact():
 
 
 def test_float32_params_pass_the_inner_updates_through():
-    params = {"a": jnp.linspace(-1.0, 1.0, 6), "b": jnp.arange(3.0)}
+    params = {
+        "a": np.linspace(-1.0, 1.0, 6, dtype=np.float32),
+        "b": np.arange(3.0, dtype=np.float32),
+    }
     inner = gradtx.adamw(0.1, weight_decay=1e-2)
     tx = gradtx.with_compensation(inner)
-    s_in, s_tx = inner.init(params), tx.init(params)
+    s_tx = jax.eval_shape(tx.init, params)
     assert s_tx.residual == {"a": None, "b": None} and s_tx.key is None
     rng = np.random.default_rng(0)
-    for _ in range(5):
-        grads = jax.tree.map(lambda x: jnp.asarray(rng.normal(size=x.shape), x.dtype), params)
-        u_in, s_in = inner.update(grads, s_in, params)
-        u_tx, s_tx = tx.update(grads, s_tx, params)
+    grads = [
+        jax.tree.map(lambda x: rng.normal(size=x.shape).astype(x.dtype), params) for _ in range(5)
+    ]
+
+    @jax.jit
+    def both(params, grads):
+        s_in, s_tx = inner.init(params), tx.init(params)
+        pairs = []
+        for g in grads:
+            u_in, s_in = inner.update(g, s_in, params)
+            u_tx, s_tx = tx.update(g, s_tx, params)
+            pairs.append((u_tx, u_in))
+            params = gradtx.apply_updates(params, u_tx)
+        return pairs, s_tx.inner_state, s_in
+
+    pairs, s_tx_inner, s_in = both(params, grads)
+    for u_tx, u_in in pairs:
         jax.tree.map(np.testing.assert_array_equal, u_tx, u_in)
-        params = gradtx.apply_updates(params, u_tx)
-    jax.tree.map(np.testing.assert_array_equal, s_tx.inner_state, s_in)
+    jax.tree.map(np.testing.assert_array_equal, s_tx_inner, s_in)
 
 
 def test_mixed_tree_compensates_only_narrow_leaves():
@@ -256,39 +282,56 @@ def test_mixed_tree_compensates_only_narrow_leaves():
 
 @pytest.mark.parametrize("residual", ["int8", "bfloat16"])
 def test_nan_gradient_makes_nan_params(residual):
-    params = {"w": jnp.ones(3, jnp.bfloat16)}
     tx = gradtx.with_compensation(gradtx.sgd(0.1), residual=residual)
-    state = tx.init(params)
-    grads = {"w": jnp.array([1.0, jnp.nan, jnp.inf], jnp.bfloat16)}
-    updates, state = tx.update(grads, state, params)
-    params = gradtx.apply_updates(params, updates)
-    w = np.asarray(params["w"]).astype(np.float32)
+
+    @jax.jit
+    def two_steps(grads):
+        params = {"w": jnp.ones(3, jnp.bfloat16)}
+        updates, state = tx.update(grads, tx.init(params), params)
+        params = gradtx.apply_updates(params, updates)
+        updates, state = tx.update({"w": jnp.ones(3, jnp.bfloat16)}, state, params)
+        return params["w"], gradtx.apply_updates(params, updates)["w"]
+
+    w, w2 = two_steps({"w": np.array([1.0, np.nan, np.inf], ml_dtypes.bfloat16)})
+    w, w2 = np.asarray(w).astype(np.float32), np.asarray(w2).astype(np.float32)
     assert np.isfinite(w[0]) and np.isnan(w[1]) and w[2] == -np.inf
     # they stay visible on the next (finite) step: NaN stays NaN, -inf stays -inf
-    updates, state = tx.update({"w": jnp.ones(3, jnp.bfloat16)}, state, params)
-    w2 = np.asarray(gradtx.apply_updates(params, updates)["w"]).astype(np.float32)
     assert np.isnan(w2[1]) and w2[2] == -np.inf
 
 
 def test_nan_residual_is_not_swallowed():
-    params = {"w": jnp.ones(2, jnp.bfloat16)}
     tx = gradtx.with_compensation(gradtx.sgd(0.1))
-    state = tx.init(params)._replace(residual={"w": jnp.array([0, -128], jnp.int8)})
-    updates, state = tx.update({"w": jnp.zeros(2, jnp.bfloat16)}, state, params)
-    w = np.asarray(gradtx.apply_updates(params, updates)["w"]).astype(np.float32)
+
+    @jax.jit
+    def step(residual):
+        params = {"w": jnp.ones(2, jnp.bfloat16)}
+        state = tx.init(params)._replace(residual={"w": residual})
+        updates, state = tx.update({"w": jnp.zeros(2, jnp.bfloat16)}, state, params)
+        return gradtx.apply_updates(params, updates)["w"], state
+
+    w, state = step(np.array([0, -128], np.int8))
+    w = np.asarray(w).astype(np.float32)
     assert w[0] == 1.0 and np.isnan(w[1])
     assert np.asarray(state.residual["w"])[1] == -128
 
 
 def test_overflow_to_inf_stays_visible_in_float16():
-    params = {"w": jnp.array([60000.0, 1.0], jnp.float16)}
     tx = gradtx.with_compensation(gradtx.identity())
-    state = tx.init(params)
-    updates, state = tx.update({"w": jnp.array([10000.0, 0.0], jnp.float32)}, state, params)
-    params = gradtx.apply_updates(params, updates)
-    assert float(params["w"][0]) == np.inf
-    updates, state = tx.update({"w": jnp.array([-1.0, 0.0], jnp.float32)}, state, params)
-    assert float(gradtx.apply_updates(params, updates)["w"][0]) == np.inf
+
+    @jax.jit
+    def two_steps(params, first, second):
+        updates, state = tx.update({"w": first}, tx.init(params), params)
+        params = gradtx.apply_updates(params, updates)
+        updates, state = tx.update({"w": second}, state, params)
+        return params["w"], gradtx.apply_updates(params, updates)["w"]
+
+    w, w2 = two_steps(
+        {"w": np.array([60000.0, 1.0], np.float16)},
+        np.array([10000.0, 0.0], np.float32),
+        np.array([-1.0, 0.0], np.float32),
+    )
+    assert float(w[0]) == np.inf
+    assert float(w2[0]) == np.inf
 
 
 # -- checkpoints, jit, keys ------------------------------------------------------------------------
@@ -354,11 +397,16 @@ def test_jit_and_key_progress():
 
 
 def test_stochastic_rounding_is_unbiased():
-    x = jnp.full(20000, 1.0 + 0.3 * 2**-7, jnp.float32)  # 0.3 of the way from 1 to 1 + 2^-7
-    params = {"w": jnp.ones(20000, jnp.bfloat16)}
+    x = np.full(20000, 1.0 + 0.3 * 2**-7, np.float32)  # 0.3 of the way from 1 to 1 + 2^-7
+    params = {"w": np.ones(20000, ml_dtypes.bfloat16)}
     tx = gradtx.with_compensation(gradtx.identity(), residual=None, stochastic_rounding=True, key=0)
-    updates, _ = tx.update({"w": x - 1.0}, tx.init(params), params)
-    w = np.asarray(gradtx.apply_updates(params, updates)["w"]).astype(np.float64)
+
+    @jax.jit
+    def step(params):
+        updates, _ = tx.update({"w": x - np.float32(1.0)}, tx.init(params), params)
+        return gradtx.apply_updates(params, updates)["w"]
+
+    w = np.asarray(step(params)).astype(np.float64)
     assert set(np.unique(w)) == {1.0, 1.0 + 2**-7}
     assert np.mean(w) == pytest.approx(1.0 + 0.3 * 2**-7, abs=4 * 2**-7 * 0.46 / 141)
 
@@ -447,5 +495,5 @@ def test_records_its_arguments_and_rebuilds_with_traced_ones():
         return gradtx.with_hyperparameters(tx, hp).update(grads, state, params)
 
     u_traced, _ = step(hp, state)
-    u_plain, _ = tx.update(grads, state, params)
+    u_plain, _ = jax.jit(lambda state: tx.update(grads, state, params))(state)
     np.testing.assert_array_equal(np.asarray(u_traced["w"]), np.asarray(u_plain["w"]))

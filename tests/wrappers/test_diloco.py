@@ -5,6 +5,7 @@ restored counters, construction errors."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 import jax
@@ -40,7 +41,24 @@ def _sharded_step(tx):
 
 
 def _replicated(params, n=N):
-    return jax.tree.map(lambda x: jnp.broadcast_to(x, (n, *x.shape)), params)
+    """`params` with a leading replica axis of `n` copies, broadcast in NumPy and put on the
+    device (an eager broadcast compiles one program per shape)."""
+    return jax.tree.map(lambda x: jax.device_put(np.broadcast_to(x, (n, *np.shape(x)))), params)
+
+
+@functools.cache
+def _init_program(tx):
+    return jax.jit(jax.vmap(tx.init))
+
+
+def _vmapped_init(tx, params):
+    """`tx.init` per replica, as one compiled program (one per `tx`)."""
+    return _init_program(tx)(params)
+
+
+def _first(x):
+    """Replica 0's value of `x`, read in NumPy."""
+    return np.asarray(x)[0]
 
 
 # -- (a) H = 1, SGD inside, outer SGD(1): data-parallel SGD ----------------------------------------
@@ -68,10 +86,10 @@ def test_h1_equals_data_parallel_sgd_over_8_devices():
         _, trajectory = jax.lax.scan(body, (params, state), jax.tree.map(lambda x: x, grads))
         return jax.tree.map(lambda x: x[None], trajectory)
 
-    params = _replicated(jax.tree.map(jnp.asarray, p0))
-    state = jax.vmap(tx.init)(params)
+    params = _replicated(p0)
+    state = _vmapped_init(tx, params)
     run = jax.jit(jax.shard_map(run, mesh=_mesh(), in_specs=P(AXIS), out_specs=P(AXIS)))
-    trajectory = run(grads, state, params)
+    trajectory = jax.tree.map(np.asarray, run(grads, state, params))
 
     expected = {k: v.astype(np.float64) for k, v in p0.items()}
     for t in range(steps):
@@ -114,32 +132,34 @@ def _branch_bytes(hlo: str) -> list[int]:
 
 
 def _equal_leaves():
-    return {f"w{i}": jnp.full((N, 16), 1.0 + i) for i in range(8)}  # 8 leaves of 16 floats
+    # 8 leaves of 16 floats
+    return {f"w{i}": jax.device_put(np.full((N, 16), 1.0 + i, np.float32)) for i in range(8)}
 
 
 def test_no_collective_between_syncs_and_streaming_bytes():
     params = _equal_leaves()
-    grads = jax.tree.map(lambda p: p * jnp.arange(1.0, N + 1)[:, None], params)
+    scale = np.arange(1.0, N + 1, dtype=np.float32)[:, None]
+    grads = jax.tree.map(lambda p: jax.device_put(np.asarray(p) * scale), params)
     full = 8 * 16 * 4  # every leaf in float32
 
     tx = gradtx.diloco(gradtx.adamw(1e-2), sync_every=5, axis_name=AXIS)
-    state = jax.vmap(tx.init)(params)
+    state = _vmapped_init(tx, params)
     compiled = _sharded_step(tx).lower(grads, state, params).compile()
     assert _branch_bytes(compiled.as_text()) == [0, full]  # no sync, sync
     sent = []
     p = params
     for _ in range(10):
         p, state = compiled(grads, state, p)
-        sent.append(float(state.bytes_sent[0]))
+        sent.append(float(_first(state.bytes_sent)))
         assert np.all(np.asarray(state.bytes_sent) == sent[-1])
     assert sent == [0, 0, 0, 0, full] * 2  # the accounting says what the HLO moves
-    assert float(state.total_bytes_sent[0]) == 2 * full
-    spread = jax.tree.map(lambda x: float(jnp.ptp(x, axis=0).max()), p)
+    assert float(_first(state.total_bytes_sent)) == 2 * full
+    spread = jax.tree.map(lambda x: float(np.ptp(np.asarray(x), axis=0).max()), p)
     assert max(spread.values()) == 0.0  # the replicas agree after a sync
 
     fragments = 4
     streaming = gradtx.diloco(gradtx.adamw(1e-2), sync_every=8, axis_name=AXIS, fragments=fragments)
-    state = jax.vmap(streaming.init)(params)
+    state = _vmapped_init(streaming, params)
     step = _sharded_step(streaming)
     per_branch = _branch_bytes(step.lower(grads, state, params).compile().as_text())
     assert per_branch[0] == 0 and len(per_branch) == fragments + 1
@@ -147,7 +167,7 @@ def test_no_collective_between_syncs_and_streaming_bytes():
     sent = []
     for _ in range(8):
         params, state = step(grads, state, params)
-        sent.append(float(state.bytes_sent[0]))
+        sent.append(float(_first(state.bytes_sent)))
     assert sent == [0, full / 4] * 4  # offsets 0, 2, 4, 6 within 8: steps 8, 2, 4, 6
 
     # bf16 pseudo-gradients: the all-reduce is in bf16 (XLA:CPU widens it when compiling, as it
@@ -159,7 +179,7 @@ def test_no_collective_between_syncs_and_streaming_bytes():
         fragments=fragments,
         pseudo_gradient_dtype=jnp.bfloat16,
     )
-    state = jax.vmap(bf16.init)(params)
+    state = _vmapped_init(bf16, params)
     hlo = _sharded_step(bf16).lower(grads, state, params).as_text(dialect="hlo")
     reduced = re.findall(r"= (\S+) all-reduce\(", hlo)
     assert len(reduced) == 8 and all(r.startswith("bf16[") for r in reduced), reduced
@@ -189,8 +209,8 @@ def test_quantized_pseudo_gradients(spec):
     tx = gradtx.diloco(
         gradtx.sgd(lr), gradtx.sgd(1.0), sync_every=1, axis_name=AXIS, pseudo_gradient_dtype=spec
     )
-    params = _replicated(jax.tree.map(jnp.asarray, p0))
-    state = jax.vmap(tx.init)(params)
+    params = _replicated(p0)
+    state = _vmapped_init(tx, params)
     step = _sharded_step(tx)
     hlo = step.lower(grads, state, params).as_text(dialect="hlo")
     moved = re.findall(r"= (\S+) (all-reduce|all-to-all|all-gather)\(", hlo)
@@ -211,22 +231,25 @@ def test_quantized_pseudo_gradients(spec):
     exact = deltas.mean(0)
     codec, block = spec.codec(True), spec.block_size
 
-    def bound(x):
-        q = _quantize.encode(jnp.asarray(x), block_size=block, signed=True, codec=codec)
-        return np.asarray(_quantize.error_bound(q))
+    @jax.jit  # one program for every call (the deltas and their mean share a shape)
+    def _bound(x):
+        q = _quantize.encode(x, block_size=block, signed=True, codec=codec)
+        return _quantize.error_bound(q)
+
+    bound = lambda x: np.asarray(_bound(x))
 
     first = np.mean([bound(d) for d in deltas], axis=0)  # each replica's rounding, averaged
     second = bound(exact)  # the mean's own rounding (its scales move by at most `first`)
     err = np.abs((p0["a"].reshape(-1) - got[0].reshape(-1)) - exact)
     assert np.all(err <= 1.1 * (first + second) + 1e-7)
     assert err.max() > 0  # it was rounded
-    np.testing.assert_allclose(np.asarray(new["b"][0]), 1.0 - lr * grads["b"].mean(0), atol=1e-6)
+    np.testing.assert_allclose(_first(new["b"]), 1.0 - lr * grads["b"].mean(0), atol=1e-6)
     # codes and float32 scales: 8 shares of 1024 values out, and this replica's share back
     share = 1024 * spec.bits // 8 + (1024 // block) * 4
-    assert float(state.bytes_sent[0]) == 9 * share + 5 * 4
+    assert float(_first(state.bytes_sent)) == 9 * share + 5 * 4
 
     grads["a"][3, 2, 9] = np.nan  # one replica's pseudo-gradient holds a NaN
-    new, _ = step(grads, jax.vmap(tx.init)(params), params)
+    new, _ = step(grads, _vmapped_init(tx, params), params)
     got = np.asarray(new["a"])
     assert np.isnan(got[:, 2, 9]).all()  # visible on every replica, not averaged to a number
     assert np.isfinite(got[:, 40:]).all()  # blocks without the NaN are untouched
@@ -236,15 +259,17 @@ def test_optax_optimizers_and_replicated_outer_state_under_shard_map():
     """Optax inner and outer; the anchor, the outer state and the counters replicated (`P()`:
     invariant across replicas), the inner state per replica, through a `lax.scan` carry."""
     optax = pytest.importorskip("optax")
-    p0 = {"a": jnp.ones((4, 3)), "b": jnp.arange(5.0)}  # fragments: [a], [b]
+    p0 = {"a": np.ones((4, 3), np.float32), "b": np.arange(5.0, dtype=np.float32)}  # [a], [b]
     outer = optax.sgd(0.7, momentum=0.9, nesterov=True)
     tx = gradtx.diloco(optax.adamw(1e-2), outer, sync_every=3, axis_name=AXIS, fragments=2)
-    state = tx.init(p0)
+    state = jax.jit(tx.init)(p0)
     state = state._replace(inner_state=_replicated(state.inner_state))
     specs = DiLoCoState(P(AXIS), P(), P(), P(), P(), P())
     params = _replicated(p0)
-    shift = jnp.arange(N) - 3.5  # gradients of both signs: the replicas' Adam steps differ
-    grads = jax.tree.map(lambda p: p + shift.reshape((N,) + (1,) * (p.ndim - 1)), params)
+    # gradients of both signs: the replicas' Adam steps differ
+    shift = np.arange(N, dtype=np.float32) - 3.5
+    grads = {k: v + shift.reshape((N,) + (1,) * v.ndim) for k, v in p0.items()}
+    grads = jax.device_put(grads)
 
     def run(grads, state, params):
         grads, params = jax.tree.map(lambda x: x[0], (grads, params))
@@ -264,9 +289,9 @@ def test_optax_optimizers_and_replicated_outer_state_under_shard_map():
     )
     params, state = jax.jit(run)(grads, state, params)
     # a synchronised at steps 3 and 6 (offset 0), b at 1 and 4 (offset 3 // 2), then local
-    assert float(jnp.ptp(params["a"], axis=0).max()) == 0.0
-    assert float(jnp.ptp(params["b"], axis=0).max()) > 0.0
-    np.testing.assert_array_equal(state.anchor["a"], params["a"][0])
+    assert float(np.ptp(np.asarray(params["a"]), axis=0).max()) == 0.0
+    assert float(np.ptp(np.asarray(params["b"]), axis=0).max()) > 0.0
+    np.testing.assert_array_equal(state.anchor["a"], _first(params["a"]))
     assert int(state.count) == 6 and float(state.total_bytes_sent) == 2 * (12 + 5) * 4
 
 
@@ -347,11 +372,12 @@ def test_matches_numpy_transcription(fragments, layout):
         (_, state), trajectory = jax.lax.scan(body, (params, state), noise)
         return trajectory, state
 
-    params = _replicated(jax.tree.map(jnp.asarray, p0), n)
-    state = jax.vmap(tx.init)(params)
-    noise_by_replica = jax.tree.map(lambda x: jnp.moveaxis(x, 1, 0), noise)
+    params = _replicated(p0, n)
+    state = _vmapped_init(tx, params)
+    noise_by_replica = jax.tree.map(lambda x: np.moveaxis(x, 1, 0), noise)
     run = jax.jit(jax.vmap(run, axis_name=AXIS))
     trajectory, state = run(params, state, scale, centre, noise_by_replica)
+    trajectory = jax.tree.map(np.asarray, trajectory)
     expected = _numpy_diloco(p0, scale, centre, noise, steps, period, layout)
     # float32 against float64: the inner AdamW's rounding grows to about 7e-6 in 12 steps; a
     # wrong outer step, offset or fragment is off by 1e-2 or more
@@ -363,7 +389,7 @@ def test_matches_numpy_transcription(fragments, layout):
     assert np.all(np.asarray(state.count) == steps)
     sizes = {"a": 6, "b": 4, "c": 2}
     per_sync = [4.0 * sum(sizes[k] for k in leaves) for leaves in layout]
-    assert float(state.total_bytes_sent[0]) == 3 * sum(per_sync)
+    assert float(_first(state.total_bytes_sent)) == 3 * sum(per_sync)
 
 
 def test_fragments_balanced_runs_of_leaves():
@@ -386,14 +412,16 @@ def _vmapped_step(tx):
 
 def test_checkpoint_round_trip_and_restore_under_smaller_period(tmp_path):
     n = 4
-    params = _replicated({"w": jnp.ones(3), "b": jnp.zeros(2)}, n)
-    grads = jax.tree.map(lambda p: p + jnp.arange(1.0, n + 1)[:, None], params)
+    p0 = {"w": np.ones(3, np.float32), "b": np.zeros(2, np.float32)}
+    params = _replicated(p0, n)
+    shift = np.arange(1.0, n + 1, dtype=np.float32)[:, None]
+    grads = jax.tree.map(lambda p: jax.device_put(p + shift), p0)
     long = gradtx.diloco(gradtx.sgd(0.1), sync_every=10, axis_name=AXIS)
-    state = jax.vmap(long.init)(params)
+    state = _vmapped_init(long, params)
     step = _vmapped_step(long)
     for _ in range(7):
         params, state = step(grads, state, params)
-    assert float(state.total_bytes_sent[0]) == 0.0
+    assert float(_first(state.total_bytes_sent)) == 0.0
 
     path = gradtx.save(tmp_path / "diloco.safetensors", state)
     short = gradtx.diloco(gradtx.sgd(0.1), sync_every=4, axis_name=AXIS)
@@ -406,26 +434,31 @@ def test_checkpoint_round_trip_and_restore_under_smaller_period(tmp_path):
     sent = []
     for _ in range(5):
         params, restored = step(grads, restored, params)
-        sent.append(float(restored.bytes_sent[0]))
+        sent.append(float(_first(restored.bytes_sent)))
     assert sent == [20.0, 0.0, 0.0, 0.0, 20.0]
     assert np.all(np.asarray(restored.count) == 12)
 
     # a saturated counter neither wraps nor stops synchronising: 2**31 - 1 = 3 (mod 4), so the
     # next step is a multiple of 4 and every 4th one after it
     top = np.iinfo(np.int32).max
-    saturated = restored._replace(count=jnp.full((n,), top, jnp.int32))
+    saturated = restored._replace(count=jax.device_put(np.full((n,), top, np.int32)))
     params, saturated = step(grads, saturated, params)
     assert np.all(np.asarray(saturated.count) == top)
-    assert float(saturated.bytes_sent[0]) == 20.0
+    assert float(_first(saturated.bytes_sent)) == 20.0
 
 
 def test_migrate_a_plain_run_into_diloco_and_back():
-    params = {"w": jnp.ones(3), "b": jnp.zeros(2)}
+    params = jax.device_put({"w": np.ones(3, np.float32), "b": np.zeros(2, np.float32)})
     plain = gradtx.adamw(1e-2)
-    state = plain.init(params)
-    for _ in range(3):
+
+    @jax.jit  # one program for the 3 steps
+    def step(state, params):
         updates, state = plain.update(jax.tree.map(jnp.ones_like, params), state, params)
-        params = gradtx.apply_updates(params, updates)
+        return state, gradtx.apply_updates(params, updates)
+
+    state = jax.jit(plain.init)(params)
+    for _ in range(3):
+        state, params = step(state, params)
     tx = gradtx.diloco(gradtx.adamw(1e-2), sync_every=4, axis_name=AXIS)
     moved = gradtx.migrate(state, tx, params, old_tx=plain).state
     jax.tree.map(np.testing.assert_array_equal, moved.inner_state, state)  # moments carried

@@ -45,11 +45,17 @@ def test_apply_every_state_is_optax_apply_every():
     assert gw.ApplyEvery._fields == optax.ApplyEvery._fields
     params = small_tree()
     ours, theirs = gradtx.apply_every(3), optax.apply_every(3)
-    s, r = ours.init(params), theirs.init(params)
+    s, r = jax.jit(lambda p: (ours.init(p), theirs.init(p)))(params)
     assert type(s) is gw.ApplyEvery
-    for g in normal_grads(params, 7, seed=7):
+
+    @jax.jit  # one program for both sides, every step
+    def step(g, s, r):
         u, s = ours.update(g, s, params)
         v, r = theirs.update(g, r, params)
+        return u, s, v, r
+
+    for g in normal_grads(params, 7, seed=7):
+        u, s, v, r = step(g, s, r)
         assert_close(u, v)
         assert int(s.count) == int(r.count)
         assert_close(s.grad_acc, r.grad_acc)
@@ -63,15 +69,20 @@ def test_apply_every_state_is_optax_apply_every():
 @pytest.mark.parametrize("use_jit", [False, True], ids=["eager", "jit"])
 def test_periodic_update_matches_optax(use_jit):
     online = mixed_params()
-    ours = ref = jax.tree.map(jnp.zeros_like, online)
-    fns = (gradtx.periodic_update, optax.periodic_update)
-    if use_jit:
-        fns = tuple(jax.jit(f, static_argnums=3) for f in fns)
+    ours = ref = jax.tree.map(lambda x: jax.device_put(np.zeros_like(x)), online)
+    # ours eagerly or under jit; Optax's under jit (eagerly, its lax.cond compiles at every
+    # call), and the online params' step under jit
+    update = (
+        jax.jit(gradtx.periodic_update, static_argnums=3) if use_jit else gradtx.periodic_update
+    )
+    reference = jax.jit(optax.periodic_update, static_argnums=3)
+    descend = jax.jit(lambda online, g: jax.tree.map(lambda p, d: p - 0.1 * d, online, g))
     refreshed = 0
     for step, g in enumerate(grad_sequence(online, STEPS)):
-        online = jax.tree.map(lambda p, d: p - 0.1 * d, online, g)
-        ours = fns[0](online, ours, jnp.asarray(step, jnp.int32), 7)
-        ref = fns[1](online, ref, jnp.asarray(step, jnp.int32), 7)
+        online = descend(online, g)
+        count = jax.device_put(np.int32(step))
+        ours = update(online, ours, count, 7)
+        ref = reference(online, ref, count, 7)
         assert_trees_close(ours, ref, 0, 0, msg=f"step {step}")
         refreshed += step % 7 == 0
     assert refreshed == 15
