@@ -17,9 +17,11 @@
 The lanes share the machine's cores through slots (`--slots`, default one more than the main
 lane's workers): a lane takes one slot, the main lane one per worker, and a lane starts when its
 slots are free, the longest first (the main lane and the processes lane at once, then newest
-and oldest as earlier lanes end). More processes than cores only slow each other down (the
-2-core CI machine ran five at once before: 4,063 CPU-seconds for the four lanes and the set-up,
-against 3,604 for the four lanes each alone).
+and oldest as earlier lanes end). The last lane to start, a version lane, takes the free slots
+(up to `--workers`) as xdist workers (`lane_workers`), so that the run does not end on one busy
+core. More processes than cores only slow each other down (the 2-core CI machine ran five at
+once before: 4,063 CPU-seconds for the four lanes and the set-up, against 3,604 for the four
+lanes each alone).
 
 Usage: `python -m tests.lanes [--workers N] [--slots N] [--lane LANE] [--python LANE=PATH]
 [pytest args...]`; the pytest arguments (e.g. `-k adam`, `-x`) go to every lane. Each lane's
@@ -191,18 +193,26 @@ def in_version_subset(nodeid: str) -> bool:
 def lane_command(
     lane: str, workers: int, extra: list[str], python: str = sys.executable
 ) -> list[str]:
+    """The lane's pytest command; `workers`: its xdist workers (the processes lane runs one).
+
+    The main lane keeps each table case's tests on one worker (`--dist loadgroup`); a version
+    lane sends each file to one worker (`--dist loadfile`), which keeps the sharded table's one
+    program on one worker without xdist's groups, which the pytest of its venv may ignore
+    (pytest 9.2, pytest-xdist #1386; tests/conftest.py refuses `loadgroup` there)."""
+    if workers <= 1:
+        parallel = ["-p", "no:xdist"]
+    else:
+        dist = "loadfile" if lane in VERSION_LANES else "loadgroup"
+        parallel = ["-n", str(workers), "--dist", dist]
     if lane in VERSION_LANES:
         deselect = [f"--deselect={t}" for t in VERSION_DESELECT[lane]]
         markers, extra = _merge_option("-m", VERSION_MARKER, extra)
         return [
-            python, "-m", "pytest", *VERSION_SUBSET, "-p", "no:xdist", *deselect,
+            python, "-m", "pytest", *VERSION_SUBSET, *parallel, *deselect,
             "-m", markers, *extra,
         ]  # fmt: skip
     base = [python, "-m", "pytest", "tests"]
     if lane == "main":
-        parallel = (
-            ["-n", str(workers), "--dist", "loadgroup"] if workers > 1 else ["-p", "no:xdist"]
-        )
         return [*base, *parallel, "-m", f"not {PROCESSES_MARKERS}", *extra]
     return [*base, "-p", "no:xdist", "-m", PROCESSES_MARKERS, *extra]
 
@@ -273,8 +283,28 @@ def cache_env(env: dict[str, str], cache_dir: str | None) -> dict[str, str]:
 
 
 def lane_slots(lane: str, workers: int) -> int:
-    """The slots (cores) a lane keeps busy: the main lane one per xdist worker, the others one."""
+    """The slots (cores) a lane needs to start: the main lane one per xdist worker, the others
+    one."""
     return max(1, workers) if lane == "main" else 1
+
+
+def lane_workers(lane: str, workers: int, free: int, last: bool, xdist: bool) -> int:
+    """The xdist workers a lane starts with, `free` slots being free when it starts: the main
+    lane `workers`, the processes lane one; a version lane one, or, when it is the `last` lane to
+    start and its interpreter has xdist, the free slots up to `workers`: the run's last lane
+    would otherwise keep one core busy while the other waits (on 2 cores the oldest lane ran
+    alone for its last ~150 s)."""
+    if lane == "main":
+        return max(1, workers)
+    if lane in VERSION_LANES and last and xdist:
+        return max(1, min(free, workers))
+    return 1
+
+
+def has_xdist(python: str) -> bool:
+    """Whether `python` can import pytest-xdist (the version lanes' venvs install it)."""
+    probe = [python, "-c", "import xdist"]
+    return subprocess.run(probe, capture_output=True, check=False).returncode == 0
 
 
 def startable(waiting: list[str], busy: int, slots: int, workers: int) -> list[str]:
@@ -508,9 +538,11 @@ def _run(
     cpu: dict[str, float] = {}
     waiting = list(lanes)
     first = time.perf_counter()
+    taken: dict[str, int] = {}  # the slots of each lane started: its xdist workers
 
-    def start(lane: str) -> None:
-        cmd = lane_command(lane, workers, extra, pythons.get(lane, sys.executable))
+    def start(lane: str, n_workers: int) -> None:
+        taken[lane] = n_workers
+        cmd = lane_command(lane, n_workers, extra, pythons.get(lane, sys.executable))
         # each lane's JUnit report, for the per-file times (a --junitxml of `extra` wins)
         cmd[3:3] = [f"--junitxml={Path(reports) / lane}.xml"]
         with lock:
@@ -531,10 +563,14 @@ def _run(
 
     try:
         while waiting or len(codes) < len(procs):
-            busy = sum(lane_slots(k, workers) for k in procs if k not in codes)
+            busy = sum(taken[k] for k in procs if k not in codes)
             for lane in startable(waiting, busy, slots, workers):
                 waiting.remove(lane)
-                start(lane)
+                python = pythons.get(lane, sys.executable)
+                last = not waiting and lane in VERSION_LANES
+                n = lane_workers(lane, workers, slots - busy, last, last and has_xdist(python))
+                start(lane, n)
+                busy += n
             lane, at = done.get()
             proc, _, pump = procs[lane]
             pump.join()

@@ -37,9 +37,12 @@ def test_version_lanes_run_the_subset_with_their_own_interpreter():
 
     from .lanes import ROOT, VERSION_DESELECT, VERSION_MARKER, VERSION_SUBSET, main
 
-    cmd = lane_command("oldest", 2, ["-x"], python="/opt/py310/bin/python")
+    cmd = lane_command("oldest", 1, ["-x"], python="/opt/py310/bin/python")
     assert cmd[:3] == ["/opt/py310/bin/python", "-m", "pytest"] and cmd[-1] == "-x"
     assert "no:xdist" in cmd and cmd[cmd.index("-m", 2) + 1] == f"({VERSION_MARKER})"
+    two = lane_command("oldest", 2, ["-x"], python="/opt/py310/bin/python")
+    assert two[two.index("-n") + 1] == "2" and two[two.index("--dist") + 1] == "loadfile"
+    assert "no:xdist" not in two
     assert [a for a in cmd if a.startswith("tests/")] == list(VERSION_SUBSET)  # only its files
     for target in VERSION_SUBSET:  # every file of the subset exists
         assert (ROOT / target).is_file(), target
@@ -167,6 +170,23 @@ def test_lanes_start_as_their_slots_come_free():
     # a lane wider than all the slots still runs, alone
     assert startable(order, busy=0, slots=1, workers=2) == ["main"]
     assert startable(order, busy=0, slots=9, workers=2) == order
+
+
+def test_the_last_version_lane_takes_the_free_slots_as_workers():
+    from .lanes import has_xdist, lane_workers
+
+    assert lane_workers("main", 2, free=3, last=False, xdist=True) == 2
+    assert lane_workers("processes", 2, free=1, last=True, xdist=True) == 1
+    # newest starts beside the main lane (one slot free), oldest waits behind it: one worker
+    assert lane_workers("newest", 2, free=1, last=False, xdist=True) == 1
+    # oldest starts last, as the main lane's two slots come free: both, at most `workers`
+    assert lane_workers("oldest", 2, free=2, last=True, xdist=True) == 2
+    assert lane_workers("oldest", 2, free=3, last=True, xdist=True) == 2
+    assert lane_workers("oldest", 2, free=1, last=True, xdist=True) == 1
+    assert lane_workers("oldest", 2, free=2, last=False, xdist=True) == 1  # a lane waits behind
+    assert lane_workers("oldest", 2, free=2, last=True, xdist=False) == 1  # no xdist there
+    assert has_xdist(sys.executable)  # the main venv has it
+    assert not has_xdist("/bin/false")
 
 
 def test_the_main_lane_compiles_with_the_classic_emitter_unless_told():
