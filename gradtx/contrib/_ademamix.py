@@ -1,11 +1,11 @@
 """AdEMAMix and Simplified AdEMAMix: Adam with a slow momentum mixed into the fast one."""
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from .._base._checks import alias_errors, check_in_range, check_non_negative
+from .._base._checks import alias_errors
 from .._base._numerics import (
     abs_sq,
     bias_correction,
@@ -19,11 +19,10 @@ from .._base._typing import ArrayLike, Mask, ScalarOrSchedule, Updates
 from ..core._transformation import GradientTransformation, chain
 from ..state._quantize import MomentDType
 from ..transforms._adam import CHECKS
-from ..transforms._building_blocks import as_read_back, ema
+from ..transforms._building_blocks import ema
 from ..transforms._decay import weight_decay as weight_decay_tx
 from ..transforms._rule import decay, non_negative, rule, slot
 from ..transforms._scaling import scale_by_learning_rate
-from ..tree import assert_same_structure, map_split, zeros_like
 
 
 class ScaleByAdemamixState(NamedTuple):
@@ -42,13 +41,6 @@ class ScaleBySimplifiedAdEMAMixState(NamedTuple):
     t: jax.Array  # int32, saturating
     m: Updates  # accumulated momentum sum_k b1^k g_{t-k}, the params' dtype
     n: Updates  # EMA of |g|^2, the params' dtype
-
-
-def _check_common(who: str, b1: Any, b2: Any, eps: Any, eps_root: Any) -> None:
-    check_in_range(who, "b1", b1, 0.0, 1.0, high_open=True)
-    check_in_range(who, "b2", b2, 0.0, 1.0, high_open=True)
-    check_non_negative(who, "eps", eps)
-    check_non_negative(who, "eps_root", eps_root)
 
 
 @recorded
@@ -193,6 +185,8 @@ def scale_by_simplified_ademamix(
     alpha: ScalarOrSchedule = 0.0,
     eps: ArrayLike = 1e-8,
     eps_root: ArrayLike = 0.0,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""Rescale updates by Simplified AdEMAMix: one undamped momentum plus :math:`\alpha` times
     the current gradient, over Adam's denominator.
@@ -211,6 +205,9 @@ def scale_by_simplified_ademamix(
       alpha: :math:`\alpha` >= 0, weight of the current gradient; a float or a schedule.
       eps: :math:`\epsilon` >= 0 added outside the square root.
       eps_root: :math:`\epsilon_{root}` >= 0 added inside the square root.
+      mu_dtype: dtype of the momentum `m` (default: the params' dtype); a `gradtx.quantized()`
+        spec stores it in 8 bits. Not in Optax, whose buffers keep the params' dtype.
+      nu_dtype: the same for the second moment `n`.
 
     Returns:
       A `GradientTransformation` with state `ScaleBySimplifiedAdEMAMixState(t, m, n)`.
@@ -218,34 +215,28 @@ def scale_by_simplified_ademamix(
     Reference: Morwani et al., "Connections between Schedule-Free Optimizers, AdEMAMix, and
     Accelerated SGD Variants" (2025), arXiv:2502.02431.
     """
-    who = "scale_by_simplified_ademamix"
-    _check_common(who, b1, b2, eps, eps_root)
-    check_non_negative(who, "alpha", alpha)
+    return _simplified_ademamix(
+        b1=b1, b2=b2, alpha=alpha, eps=eps, eps_root=eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype
+    )
 
-    def init(params):
-        return ScaleBySimplifiedAdEMAMixState(
-            t=zero_count(), m=zeros_like(params), n=zeros_like(params)
-        )
 
-    def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        assert_same_structure(who, updates=updates, **{"state.m": state.m})
-        mix = value_at(alpha, state.t)
-        t = safe_increment(state.t)
-        c2 = bias_correction(b2, t)
+@rule(
+    "scale_by_simplified_ademamix",
+    ScaleBySimplifiedAdEMAMixState,
+    slots={"m": slot(dtype="mu_dtype"), "n": slot(dtype="nu_dtype", signed=False)},
+    checks={**CHECKS, "eps_root": non_negative, "alpha": non_negative},
+    schedules=("alpha",),
+)
+def _simplified_ademamix(t, *, b1, b2, alpha, eps, eps_root):
+    c2 = bias_correction(b2, t)
 
-        def leaf(g, m, n):
-            gw = widen(g)
-            m_new = as_read_back(gw + b1 * widen(m), m)
-            g2 = abs_sq(gw)
-            n_new = as_read_back(g2 + b2 * (widen(n) - g2), n)
-            u = (m_new + mix * gw) / (jnp.sqrt(n_new / c2 + eps_root) + eps)
-            return u.astype(g.dtype), m_new.astype(m.dtype), n_new.astype(n.dtype)
+    def leaf(g, s):
+        m = s.keep("m", g + b1 * widen(s.m))
+        g2 = abs_sq(g)
+        n = s.keep("n", g2 + b2 * (widen(s.n) - g2))
+        return (m + alpha * g) / (jnp.sqrt(n / c2 + eps_root) + eps)
 
-        updates, m, n = map_split(leaf, 3, updates, state.m, state.n)
-        return updates, ScaleBySimplifiedAdEMAMixState(t=t, m=m, n=n)
-
-    return GradientTransformation(init, update)
+    return leaf
 
 
 @alias_errors(renamed={"weight_decay: rate": "weight_decay"})
@@ -258,6 +249,8 @@ def simplified_ademamix(
     eps_root: ArrayLike = 0.0,
     weight_decay: ScalarOrSchedule = 0.0,
     mask: Mask | None = None,
+    mu_dtype: MomentDType | None = None,
+    nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
     r"""Simplified AdEMAMix: a single undamped momentum, mixed with the current gradient.
 
@@ -280,6 +273,8 @@ def simplified_ademamix(
       eps_root: :math:`\epsilon_{root}` >= 0 added inside the square root.
       weight_decay: :math:`\lambda` >= 0, decoupled weight decay (scaled by the learning rate).
       mask: which parameters decay (a boolean tree, a callable or glob patterns); None: all.
+      mu_dtype: dtype of the momentum (default: the params'); `gradtx.quantized()`: 8 bits.
+      nu_dtype: dtype of the second moment, likewise.
 
     Returns:
       A `GradientTransformation`.
@@ -294,7 +289,7 @@ def simplified_ademamix(
     Accelerated SGD Variants" (2025), arXiv:2502.02431.
     """
     return chain(
-        scale_by_simplified_ademamix(b1, b2, alpha, eps, eps_root),
+        scale_by_simplified_ademamix(b1, b2, alpha, eps, eps_root, mu_dtype, nu_dtype),
         weight_decay_tx(weight_decay, mask),
         scale_by_learning_rate(learning_rate),
     )

@@ -239,8 +239,9 @@ def rule(
       name: the name errors use (the public factory's).
       state: the state's NamedTuple class: `count`, then the slots as fields (or one field
         `slots`, a dict of them), then any `fields`. Or a function of the hyperparameters. A
-        state without `count` (Optax's layouts of rss, adadelta, rprop) gets no counter, and
-        its rule `t=None`.
+        first field `t` instead of `count` is the counter under Optax's name for simplified
+        AdEMAMix; a state without either (Optax's layouts of rss, adadelta, rprop) gets no
+        counter, and its rule `t=None`.
       slots: slot name -> `slot(...)`, in the order the rule keeps them; or a function of the
         hyperparameters.
       checks: hyperparameter name -> `check(who, name, value)`, run at construction.
@@ -316,7 +317,11 @@ def _transformation(
     state_cls, slots = r.layout(hp)
     names = list(slots)
     nested = _nested(state_cls, slots)
-    counted = "count" in getattr(state_cls, "_fields", ())  # Optax's rss, adadelta: no counter
+    fields = getattr(state_cls, "_fields", ())
+    # the step counter: `count`, or `t` first (Optax's simplified AdEMAMix); Optax's rss,
+    # adadelta and rprop keep none
+    counter = "count" if "count" in fields else "t" if fields[:1] == ("t",) else None
+    counted = counter is not None
     if r.schedules and not counted:
         raise TypeError(f"{who}: a rule whose state has no count cannot evaluate schedules")
     uses_params = r.uses_params(hp) if callable(r.uses_params) else r.uses_params
@@ -347,10 +352,10 @@ def _transformation(
             else:
                 trees[n] = full_like(params, initial(s), dtype)
         extra = r.fields(hp) if r.fields is not None else {}
-        counter = {"count": zero_count()} if counted else {}
+        start = {counter: zero_count()} if counter else {}
         if nested:
-            return state_cls(**counter, slots=trees, **extra)
-        return state_cls(**counter, **trees, **extra)
+            return state_cls(**start, slots=trees, **extra)
+        return state_cls(**start, **trees, **extra)
 
     def update(updates, state, params=None, **extra_args):
         # Plain loops rather than comprehensions or helpers: this runs at every trace and every
@@ -379,10 +384,11 @@ def _transformation(
                 # another structure: the error names the first difference
                 assert_same_structure(who, updates=updates, **{prefix + n: as_leaves(trees[n])})
                 bufs[n] = treedef.flatten_up_to(trees[n])
-        count = safe_increment(state.count) if counted else None
+        before: Any = getattr(state, counter) if counter else None
+        count = safe_increment(before) if counter else None
         values = dict(hp)
         for k in r.schedules:
-            values[k] = value_at(hp[k], state.count, who=who, name=k)
+            values[k] = value_at(hp[k], before, who=who, name=k)
         extra: dict[str, Any] = {}
         new_fields: dict[str, Any] = {}
         if r.prologue is not None:
@@ -421,11 +427,11 @@ def _transformation(
         new_trees = {}
         for n in names:
             new_trees[n] = treedef.unflatten(out_b[n])
-        counter = {"count": count} if counted else {}
+        stepped = {counter: count} if counter else {}
         if nested:
-            new_state = state._replace(**counter, slots=new_trees, **new_fields)
+            new_state = state._replace(**stepped, slots=new_trees, **new_fields)
         else:
-            new_state = state._replace(**counter, **new_trees, **new_fields)
+            new_state = state._replace(**stepped, **new_trees, **new_fields)
         return treedef.unflatten(out_u), new_state
 
     tx = GradientTransformation(init, update)

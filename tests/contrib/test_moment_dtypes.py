@@ -50,6 +50,11 @@ CASES = {
     "sophia": (lambda d: gc.sophia(0.02, mu_dtype=d), "mu_dtype", {"obj_fn": _loss}),
     "muon": (lambda d: gc.muon(0.02, mu_dtype=d), "mu_dtype", {}),
     "acprop": (lambda d: gc.acprop(0.02, nu_dtype=d), "nu_dtype", {}),
+    "simplified_ademamix": (
+        lambda d: gc.simplified_ademamix(0.005, b1=0.9, mu_dtype=d, nu_dtype=d),
+        "mu_dtype",
+        {},
+    ),
 }
 PRIMITIVES = {
     "scale_by_ademamix": (gc.scale_by_ademamix, "mu_dtype"),
@@ -57,6 +62,7 @@ PRIMITIVES = {
     "scale_by_sophia": (gc.scale_by_sophia, "mu_dtype"),
     "scale_by_muon": (gc.scale_by_muon, "mu_dtype"),
     "scale_by_acprop": (gc.scale_by_acprop, "nu_dtype"),
+    "scale_by_simplified_ademamix": (gc.scale_by_simplified_ademamix, "nu_dtype"),
 }
 
 
