@@ -185,6 +185,7 @@ def scale_by_simplified_ademamix(
     alpha: ScalarOrSchedule = 0.0,
     eps: ArrayLike = 1e-8,
     eps_root: ArrayLike = 0.0,
+    *,
     mu_dtype: MomentDType | None = None,
     nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
@@ -249,6 +250,7 @@ def simplified_ademamix(
     eps_root: ArrayLike = 0.0,
     weight_decay: ScalarOrSchedule = 0.0,
     mask: Mask | None = None,
+    *,
     mu_dtype: MomentDType | None = None,
     nu_dtype: MomentDType | None = None,
 ) -> GradientTransformation:
@@ -289,7 +291,9 @@ def simplified_ademamix(
     Accelerated SGD Variants" (2025), arXiv:2502.02431.
     """
     return chain(
-        scale_by_simplified_ademamix(b1, b2, alpha, eps, eps_root, mu_dtype, nu_dtype),
+        scale_by_simplified_ademamix(
+            b1, b2, alpha, eps, eps_root, mu_dtype=mu_dtype, nu_dtype=nu_dtype
+        ),
         weight_decay_tx(weight_decay, mask),
         scale_by_learning_rate(learning_rate),
     )
