@@ -39,8 +39,8 @@ class ScaleBySimplifiedAdEMAMixState(NamedTuple):
     """State of `scale_by_simplified_ademamix` (Optax's layout)."""
 
     t: jax.Array  # int32, saturating
-    m: Updates  # accumulated momentum sum_k b1^k g_{t-k}, the params' dtype
-    n: Updates  # EMA of |g|^2, the params' dtype
+    m: Updates  # accumulated momentum sum_k b1^k g_{t-k}, mu_dtype or the params' dtype
+    n: Updates  # EMA of |g|^2, nu_dtype or the params' dtype
 
 
 @recorded
@@ -232,6 +232,7 @@ def _simplified_ademamix(t, *, b1, b2, alpha, eps, eps_root):
     c2 = bias_correction(b2, t)
 
     def leaf(g, s):
+        # widened: b1 * m in float32 for a bf16 buffer too, as before the rule (golden record)
         m = s.keep("m", g + b1 * widen(s.m))
         g2 = abs_sq(g)
         n = s.keep("n", g2 + b2 * (widen(s.n) - g2))
