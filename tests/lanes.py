@@ -294,11 +294,9 @@ def lane_workers(lane: str, workers: int, free: int, last: bool, xdist: bool) ->
     start and its interpreter has xdist, the free slots up to `workers`: the run's last lane
     would otherwise keep one core busy while the other waits (on 2 cores the oldest lane ran
     alone for its last ~150 s)."""
-    if lane == "main":
-        return max(1, workers)
     if lane in VERSION_LANES and last and xdist:
         return max(1, min(free, workers))
-    return 1
+    return lane_slots(lane, workers)
 
 
 def has_xdist(python: str) -> bool:

@@ -321,8 +321,7 @@ def _transformation(
     # the step counter: `count`, or `t` first (Optax's simplified AdEMAMix); Optax's rss,
     # adadelta and rprop keep none
     counter = "count" if "count" in fields else "t" if fields[:1] == ("t",) else None
-    counted = counter is not None
-    if r.schedules and not counted:
+    if r.schedules and counter is None:
         raise TypeError(f"{who}: a rule whose state has no count cannot evaluate schedules")
     uses_params = r.uses_params(hp) if callable(r.uses_params) else r.uses_params
     # the quantized leaves may be stepped stacked: an element-wise rule, every slot 8-bit
