@@ -8,11 +8,10 @@ from .._base._checks import alias_errors, check_non_negative, check_positive
 from .._base._numerics import widen
 from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Mask, Params, ScalarOrSchedule, Updates
-from ..core._transformation import GradientTransformation, chain, require_params
-from ..transforms._building_blocks import copy_params
+from ..core._transformation import GradientTransformation, chain
 from ..transforms._decay import weight_decay as weight_decay_tx
+from ..transforms._rule import rule, slot
 from ..transforms._scaling import scale_by_learning_rate
-from ..tree import assert_same_structure, full_like, map_split, zeros_like
 
 
 class COCOBState(NamedTuple):
@@ -52,60 +51,43 @@ def scale_by_cocob(alpha: ArrayLike = 100.0, eps: ArrayLike = 1e-8) -> GradientT
     Reference: Orabona & Tommasi, "Training Deep Networks without Learning Rates Through Coin
     Betting" (NeurIPS 2017), Algorithm 2. Matches `optax.contrib.scale_by_cocob` (Optax 0.2.8).
     """
-    who = "scale_by_cocob"
-    check_positive(who, "alpha", alpha)
-    check_positive(who, "eps", eps)
+    return _cocob(alpha=alpha, eps=eps)
 
-    def init(params):
-        return COCOBState(
-            init_particles=copy_params(params),
-            cumulative_gradients=zeros_like(params),
-            scale=full_like(params, eps),
-            subgradients=zeros_like(params),
-            reward=zeros_like(params),
-        )
 
-    def leaf(g, p, p0, c, big_l, big_g, r):
-        g32, p32, p0_32 = widen(g), widen(p), widen(p0)
-        big_l_new = jnp.maximum(widen(big_l), jnp.abs(g32))
-        big_g_new = widen(big_g) + jnp.abs(g32)
-        r_new = jnp.maximum(widen(r) - g32 * (p32 - p0_32), 0.0)
-        c_new = widen(c) - g32
-        bet = c_new / (big_l_new * jnp.maximum(big_g_new + big_l_new, alpha * big_l_new))
-        u = -p32 + (p0_32 + bet * (big_l_new + r_new))
-        return (
-            u.astype(g.dtype),
-            c_new.astype(c.dtype),
-            big_l_new.astype(big_l.dtype),
-            big_g_new.astype(big_g.dtype),
-            r_new.astype(r.dtype),
-        )
+@rule(
+    "scale_by_cocob",
+    COCOBState,
+    slots={
+        "init_particles": slot("params"),
+        "cumulative_gradients": slot(),
+        "scale": slot("eps"),
+        "subgradients": slot(),
+        "reward": slot(),
+    },
+    checks={"alpha": check_positive, "eps": check_positive},
+    uses_params=True,
+)
+def _cocob(t, *, alpha, eps):
+    del t, eps  # no counter; eps is the initial scale
 
-    def update(updates, state, params=None, **extra_args):
-        del extra_args
-        params = require_params(who, params)
-        assert_same_structure(who, updates=updates, params=params)
-        new_updates, c, big_l, big_g, r = map_split(
-            leaf,
-            5,
-            updates,
-            params,
-            state.init_particles,
-            state.cumulative_gradients,
-            state.scale,
-            state.subgradients,
-            state.reward,
-        )
-        new_state = COCOBState(
-            init_particles=state.init_particles,
-            cumulative_gradients=c,
-            scale=big_l,
-            subgradients=big_g,
-            reward=r,
-        )
-        return new_updates, new_state
+    def leaf(g, s):
+        p, p0 = s.param, widen(s.init_particles)
+        # the bet reads the sums unrounded (for low-precision buffers too)
+        big_l = jnp.maximum(widen(s.scale), jnp.abs(g))
+        big_g = widen(s.subgradients) + jnp.abs(g)
+        r = jnp.maximum(widen(s.reward) - g * (p - p0), 0.0)
+        c = widen(s.cumulative_gradients) - g
+        for name, value in (
+            ("cumulative_gradients", c),
+            ("scale", big_l),
+            ("subgradients", big_g),
+            ("reward", r),
+        ):
+            s.keep(name, value)
+        bet = c / (big_l * jnp.maximum(big_g + big_l, alpha * big_l))
+        return -p + (p0 + bet * (big_l + r))
 
-    return GradientTransformation(init, update)
+    return leaf
 
 
 @alias_errors(renamed={"weight_decay: rate": "weight_decay"})

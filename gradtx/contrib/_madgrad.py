@@ -5,14 +5,14 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base._checks import alias_errors, check_in_range, check_non_negative
+from .._base._checks import alias_errors
 from .._base._introspect import register
-from .._base._numerics import last_used, safe_increment, value_at, widen, zero_count
+from .._base._numerics import last_used, widen
 from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Params, ScalarOrSchedule, Updates
-from ..core._transformation import GradientTransformation, chain, require_params
+from ..core._transformation import GradientTransformation, chain
 from ..transforms._decay import weight_decay as weight_decay_tx
-from ..tree import assert_same_structure, map_split, zeros_like
+from ..transforms._rule import decay, non_negative, rule, slot
 
 
 class MadgradState(NamedTuple):
@@ -56,46 +56,35 @@ def scale_by_madgrad(
     Reference: Defazio & Jelassi, "Adaptivity without Compromise: A Momentumized, Adaptive, Dual
     Averaged Gradient Method for Stochastic Optimization" (2021), arXiv:2101.11075.
     """
-    who = "scale_by_madgrad"
-    check_non_negative(who, "learning_rate", learning_rate)
-    check_in_range(who, "momentum", momentum, 0.0, 1.0, high_open=True)
-    check_non_negative(who, "eps", eps)
-
-    def init(params):
-        return MadgradState(
-            count=zero_count(),
-            grad_sum_sq=zeros_like(params),
-            s=zeros_like(params),
-            x0=zeros_like(params),
-        )
-
-    def update(updates, state, params=None, **extra_args):
-        del extra_args
-        params = require_params(who, params)
-        assert_same_structure(who, updates=updates, params=params)
-        first = state.count == 0
-        lr = value_at(learning_rate, state.count)
-        lam = (lr + eps) * jnp.sqrt(jnp.asarray(state.count, jnp.float32) + 1.0)
-
-        def leaf(g, big_g, s, x0, x):
-            gw, xw = widen(g), widen(x)
-            big_g_new = (widen(big_g) + lam * gw**2).astype(big_g.dtype)
-            s_new = (widen(s) + lam * gw).astype(s.dtype)
-            x0_new = jnp.where(first, x, x0)
-            z = widen(x0_new) - widen(s_new) / (jnp.cbrt(widen(big_g_new)) + eps)
-            x_new = (1 - momentum) * z + momentum * xw
-            return (x_new - xw).astype(g.dtype), big_g_new, s_new, x0_new
-
-        updates, big_g, s, x0 = map_split(
-            leaf, 4, updates, state.grad_sum_sq, state.s, state.x0, params
-        )
-        new_state = MadgradState(count=safe_increment(state.count), grad_sum_sq=big_g, s=s, x0=x0)
-        return updates, new_state
+    tx = _madgrad(learning_rate=learning_rate, momentum=momentum, eps=eps)
 
     def report(state):  # for `gradtx.metrics`: the learning rate the latest update used
-        return {"learning_rate": last_used(learning_rate, state.count, who=who)}
+        return {"learning_rate": last_used(learning_rate, state.count, who="scale_by_madgrad")}
 
-    return register(GradientTransformation(init, update), "leaf", report=report)
+    return register(tx, "leaf", report=report)
+
+
+@rule(
+    "scale_by_madgrad",
+    MadgradState,
+    # sums and a copy of the params: never quantized, the params' dtypes
+    slots={"grad_sum_sq": slot(), "s": slot(), "x0": slot(quantizable=False)},
+    checks={"learning_rate": non_negative, "momentum": decay, "eps": non_negative},
+    schedules=("learning_rate",),
+    uses_params=True,
+)
+def _madgrad(t, *, learning_rate, momentum, eps):
+    lam = (learning_rate + eps) * jnp.sqrt(jnp.asarray(t, jnp.float32))
+
+    def leaf(g, s):
+        x = s.param
+        big_g = s.keep("grad_sum_sq", widen(s.grad_sum_sq) + lam * g**2)
+        total = s.keep("s", widen(s.s) + lam * g)
+        x0 = s.keep("x0", jnp.where(t == 1, x, s.x0))
+        z = x0 - total / (jnp.cbrt(big_g) + eps)
+        return (1 - momentum) * z + momentum * x - x
+
+    return leaf
 
 
 @alias_errors(renamed={"weight_decay: rate": "weight_decay"})

@@ -65,15 +65,19 @@ from ..state._buffers import (
 )
 from ..state._quantize import QuantizedArray, as_leaves
 from ..tree import assert_same_structure, full_like
+from ._building_blocks import copy_params
 
 Check = Callable[[str, str, Any], None]
+
+_PARAMS = "params"  # a slot's `init`: a copy of the params
 
 
 class Slot(NamedTuple):
     """One state buffer of a rule.
 
     Attributes:
-      init: its initial value, a real scalar, or the name of the hyperparameter that gives it.
+      init: its initial value: a real scalar, the name of the hyperparameter that gives it, or
+        "params": a copy of the params (COCOB's starting point), never quantized.
       dtype: the factory's keyword that chooses its dtype (e.g. "mu_dtype"); None: the params'.
         One keyword may govern several slots (AMSGrad's `nu` and `nu_max`).
       signed: the 8-bit code of a quantized buffer: signed (first moments) or unsigned (second
@@ -102,7 +106,8 @@ def slot(
     """A rule's state buffer.
 
     Args:
-      init: its initial value, a real scalar, or the name of the hyperparameter that gives it.
+      init: its initial value: a real scalar, the name of the hyperparameter that gives it, or
+        "params" (a copy of the params).
       dtype: the factory's keyword that chooses its dtype (e.g. "mu_dtype"); None: the params'.
       signed: a quantized buffer's 8-bit code is signed (first moments) or not (second moments).
       per_leaf: one scalar per parameter leaf instead of one value per element.
@@ -111,7 +116,8 @@ def slot(
     Returns:
       A `Slot`, for `rule(..., slots={name: slot(...)})`.
     """
-    return Slot(init, dtype, signed, per_leaf, quantizable and not per_leaf)
+    copies = isinstance(init, str) and init == _PARAMS
+    return Slot(init, dtype, signed, per_leaf, quantizable and not per_leaf and not copies)
 
 
 def decay(who: str, name: str, value: Any) -> None:
@@ -340,7 +346,9 @@ def _transformation(
         trees = {}
         for n, s in slots.items():
             dtype = dtypes.get(s.dtype) if s.dtype else None
-            if s.per_leaf:
+            if isinstance(s.init, str) and s.init == _PARAMS:
+                trees[n] = copy_params(params, dtype)
+            elif s.per_leaf:
                 trees[n] = jax.tree.map(
                     lambda p, s=s, d=dtype: jnp.full([], initial(s), d or p.dtype), params
                 )

@@ -6,9 +6,12 @@ The alias runs against Optax eagerly and under jit (`with_modes`); variants run 
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import optax.contrib as oc
 import pytest
 
+import gradtx
 from gradtx import contrib as gc
 
 from ..optax_reference import compare_to_optax, with_modes
@@ -80,3 +83,19 @@ BAD = [
 def test_invalid_hyperparameters_raise_at_construction(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_the_starting_point_is_a_copy_of_the_params_in_their_dtypes():
+    # the rule's "params" slot: a copy that shares no buffer (both may be donated), in each
+    # leaf's dtype, zeros for shapes only; a copy is never rounded to 8 bits
+    params = {"w": jnp.array([1.0, -2.0]), "b": jnp.array([0.5], jnp.bfloat16)}
+    state = gc.scale_by_cocob().init(params)
+    for k, p in params.items():
+        x0 = state.init_particles[k]
+        assert x0.dtype == p.dtype and (x0 == p).all()
+        assert x0.unsafe_buffer_pointer() != p.unsafe_buffer_pointer()
+        assert state.scale[k].dtype == p.dtype and (state.scale[k] == 1e-8).all()
+    shapes = jax.tree.map(lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype), params)
+    abstract = gc.scale_by_cocob().init(shapes)
+    assert all((x == 0).all() for x in jax.tree.leaves(abstract.init_particles))
+    assert gradtx.slot("params", dtype="mu_dtype").quantizable is False
