@@ -1,5 +1,6 @@
 """Linear algebra under Optax's top-level names: global norm, power iteration, inverse p-th
-roots, non-negative least squares, and the diagonal Gaussian of the evolution strategies.
+roots, non-negative least squares, and the diagonal Gaussian of the evolution strategies; and
+`after`, which runs the matrix optimizers' decompositions one at a time.
 
 Part of the base layer: it imports nothing else of gradtx, so the few pytree reductions it needs
 are written here with `jax.tree` directly.
@@ -70,6 +71,35 @@ def global_norm(updates: Any) -> jax.Array:
         total = total.astype(jnp.promote_types(total.dtype, acc))
         total = total + jnp.sum(jnp.real(x * jnp.conj(x))).astype(total.dtype)
     return jnp.sqrt(total)
+
+
+# --------------------------------------------------------------------------------------------
+# Decompositions one at a time
+# --------------------------------------------------------------------------------------------
+
+
+def after(x: jax.Array, done: jax.Array | None) -> jax.Array:
+    """`x`, bit for bit, as a value that XLA computes only once the floating-point `done` is.
+
+    XLA:CPU runs independent ops concurrently, and its batched LAPACK calls (eigh seen hanging;
+    QR treated alike) each block a thread of the intra-op pool until the batch tasks they
+    queued on that same pool are done: as many of them running at once as the pool has threads
+    (2 on a 2-core host) wait on each other forever (jaxlib 0.10.2). Feeding each
+    decomposition's input through `after(input, previous result)` runs them one at a time; an
+    `optimization_barrier` does not (it aliases its operands, and XLA:CPU orders its thunks by
+    the buffers they use).
+    The link is one entry of `done` per matrix of `x` where their batch axes agree (so it
+    moves nothing between devices when both are sharded alike), else one entry in all.
+    """
+    if done is None:
+        return x
+    lead = x.shape[:-2]
+    if done.shape[: len(lead)] == lead:
+        entry = done[(Ellipsis,) + (0,) * (done.ndim - len(lead))][..., None, None]
+    else:
+        entry = done[(0,) * done.ndim]
+    # never true (not for NaN or inf either), but XLA cannot know it: `x` waits for `entry`
+    return jnp.where(entry > jnp.inf, jnp.zeros_like(x), x)
 
 
 # --------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from .._base._checks import (
 )
 from .._base._explicit import auto_partitioned, gathered
 from .._base._introspect import replicated_fields
+from .._base._linalg import after
 from .._base._numerics import bias_correction, cond, safe_increment, zero_count
 from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, MaskOrFn, Params, ScalarOrSchedule, Updates
@@ -458,19 +459,23 @@ def scale_by_shampoo(
         # 2. the inverse roots, recomputed every precondition_frequency steps from t0 on
         active = count >= start_preconditioning_step
         refresh = active & ((count - start_preconditioning_step) % precondition_frequency == 0)
-        roots = cond(
-            refresh,
-            lambda fs, rs: [
-                tuple(
-                    _whole(_inverse_root(s, r, matrix_eps, inverse_root), p)
-                    for s, r in zip(f, r2, strict=True)
-                )
-                for f, r2, p in zip(fs, rs, ps, strict=True)
-            ],
-            lambda fs, rs: rs,
-            factors,
-            old_roots,
-        )
+
+        def refreshed(fs, rs):
+            # eigh's roots one after another (see `after`: two batched eighs at once can
+            # deadlock XLA:CPU's thread pool); Newton's iterations run side by side
+            out: list[tuple] = []
+            last = None
+            for f, r2, p in zip(fs, rs, ps, strict=True):
+                leaf = []
+                for s, r in zip(f, r2, strict=True):
+                    if inverse_root == "eigh":
+                        s = after(s, last)
+                    last = _whole(_inverse_root(s, r, matrix_eps, inverse_root), p)
+                    leaf.append(last)
+                out.append(tuple(leaf))
+            return out
+
+        roots = cond(refresh, refreshed, lambda fs, rs: rs, factors, old_roots)
 
         # 3. the grafted Shampoo direction of each block (the graft alone before t0)
         final = []

@@ -18,6 +18,7 @@ from .._base._checks import (
 )
 from .._base._explicit import auto_partitioned, gathered
 from .._base._introspect import replicated_fields
+from .._base._linalg import after
 from .._base._numerics import bias_correction, safe_increment, widen, zero_count
 from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, Mask, Params, ScalarOrSchedule, Updates
@@ -402,16 +403,19 @@ def scale_by_soap(
             _, qs_all, ms, vs = operands
             return qs_all, ms, vs
 
+        # The bases' decompositions run one after another, each factor `after` the previous
+        # basis: two batched eighs at once can deadlock XLA:CPU's thread pool (QRs alike).
         def initial(operands):
             fs_all, qs_all, ms, vs = operands
             new_qs, new_ms = [], []
+            last = None
             for fs, qs, m, plan in zip(fs_all, qs_all, ms, leaf_plans, strict=False):
                 leaf_qs = []
                 for i, (f, q, on) in enumerate(zip(fs, qs, plan.active, strict=False)):
                     if not on:
                         leaf_qs.append(q)
                         continue
-                    q_new = _eigenbasis(widen(f)).astype(q.dtype)
+                    q_new = last = _eigenbasis(after(widen(f), last)).astype(q.dtype)
                     leaf_qs.append(q_new)
                     m = _change_basis(m, widen(q), widen(q_new), plan, i)
                 new_qs.append(tuple(leaf_qs))
@@ -421,14 +425,15 @@ def scale_by_soap(
         def refreshed(operands):
             fs_all, qs_all, ms, vs = operands
             new_qs, new_ms, new_vs = [], [], []
+            last = None
             for fs, qs, m, v, plan in zip(fs_all, qs_all, ms, vs, leaf_plans, strict=False):
                 leaf_qs = []
                 for i, (f, q, on) in enumerate(zip(fs, qs, plan.active, strict=False)):
                     if not on:
                         leaf_qs.append(q)
                         continue
-                    q_new, order = _power_qr(widen(f), widen(q))
-                    q_new = q_new.astype(q.dtype)
+                    q_new, order = _power_qr(after(widen(f), last), widen(q))
+                    q_new = last = q_new.astype(q.dtype)
                     leaf_qs.append(q_new)
                     m = _change_basis(m, widen(q), widen(q_new), plan, i)
                     v = _permuted(v, order, plan, i)
