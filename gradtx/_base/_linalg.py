@@ -1,6 +1,5 @@
 """Linear algebra under Optax's top-level names: global norm, power iteration, inverse p-th
-roots, non-negative least squares, and the diagonal Gaussian of the evolution strategies; and
-`after`, which runs the matrix optimizers' decompositions one at a time.
+roots, non-negative least squares, and the diagonal Gaussian of the evolution strategies.
 
 Part of the base layer: it imports nothing else of gradtx, so the few pytree reductions it needs
 are written here with `jax.tree` directly.
