@@ -67,8 +67,8 @@ def scale_by_madgrad(
 @rule(
     "scale_by_madgrad",
     MadgradState,
-    # sums and a copy of the params: never quantized, the params' dtypes
-    slots={"grad_sum_sq": slot(), "s": slot(), "x0": slot(quantizable=False)},
+    # sums and a copy of the params, in the params' dtypes (no dtype keyword governs them)
+    slots={"grad_sum_sq": slot(), "s": slot(), "x0": slot()},
     checks={"learning_rate": non_negative, "momentum": decay, "eps": non_negative},
     schedules=("learning_rate",),
     uses_params=True,
