@@ -59,7 +59,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         f"{VERSION_MARKER}: set by tests/conftest.py on the tests the version lanes of `make test` "
-        "run (tests/lanes.py, VERSION_SUBSET); `-m version_lane` selects them",
+        "run (compiled cases of tests marked `across_versions`); `-m version_lane` selects them",
     )
     config.pluginmanager.register(CompileReportPlugin(config), "gradtx-compile-counter")
     if not config.pluginmanager.has_plugin("gradtx-config-guard"):
@@ -79,7 +79,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     `--table-cases` the tests of other table cases are deselected."""
     _select_table_cases(config, items)
     for item in items:
-        if in_version_subset(item.nodeid):
+        if in_version_subset(item):
             item.add_marker(VERSION_MARKER)
         if item.get_closest_marker("xdist_group") is not None:
             continue

@@ -8,10 +8,11 @@
   one at a time: they mostly wait on the processes they start.
 
 - oldest / newest (the version lanes, with `--python oldest=PATH newest=PATH`): only what can
-  differ between versions (`VERSION_SUBSET`: every optimizer once against its reference,
-  compiled; the schedules' references; the config round trip; checkpoints; shardings and the
-  sharded table; the demo at a few steps) run by another interpreter: the oldest supported set
-  (Python 3.10, constraints-oldest.txt) and what pip resolves today with no pins (Python 3.12).
+  differ between versions (the tests marked `across_versions`: every optimizer once against its
+  reference, compiled; the schedules' references; the config round trip; checkpoints; shardings
+  and the sharded table; the demo at a few steps) run by another interpreter: the oldest
+  supported set (Python 3.10, constraints-oldest.txt) and what pip resolves today with no pins
+  (Python 3.12).
   Their pytest header prints the versions. `make test` builds both venvs.
 
 The lanes share the machine's cores through slots (`--slots`, default one more than the main
@@ -50,17 +51,23 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LANES = ("main", "processes")
 VERSION_LANES = ("oldest", "newest")
 
 # What the version lanes run: only what can differ between jax / numpy / optax versions, each
-# once. For each test file, the tests it runs there; `()` runs the whole file. A named test runs
-# its compiled cases: a case whose id has an `eager` part (`[eager-adam]`, `[adam-eager]`) is the
-# same comparison without jit, left to the main lane (every optimizer that has an eager case has
-# a jit one too). tests/conftest.py marks what this selects `version_lane` (`in_version_subset`)
-# and the lanes run `-m version_lane` on these files; `pytest tests -m version_lane` shows it.
+# once. A test says so itself with the `across_versions` marker (a file with `pytestmark`), and
+# `version_subset()` reads those markers from the test files' source. The lanes collect only
+# those files and run `-m version_lane`: tests/conftest.py gives that marker to the compiled
+# cases of the marked tests (`in_version_subset`). A case whose id has an `eager` part
+# (`[eager-adam]`, `[adam-eager]`) is the same comparison without jit, left to the main lane
+# (every optimizer that has an eager case has a jit one too); `pytest tests -m version_lane`
+# shows the selection. What is marked:
 # - every optimizer once against its reference, compiled: each alias and contrib module's
 #   reference test (Optax, a NumPy transcription of the paper or the seed system; the torch
 #   references are skipped where torch is missing, as in the lanes' venvs, and those optimizers
@@ -70,94 +77,8 @@ VERSION_LANES = ("oldest", "newest")
 #   8 host devices; the demo at a few steps.
 # The main lane runs all of it, and everything else, on the main venv. tests/test_lanes.py
 # checks that every module of gradtx/optimizers, gradtx/contrib and gradtx/schedules keeps a
-# test here (by `tests.check.source_tests`, the mapping `make check` uses) and that every name
-# here still selects a test.
-VERSION_SUBSET: dict[str, tuple[str, ...]] = {
-    "tests/optimizers/test_adam_aliases.py": (
-        "test_matches_optax_with_schedules_and_custom_hyperparameters",
-    ),
-    "tests/optimizers/test_adaptive_aliases.py": ("test_matches_optax",),
-    "tests/optimizers/test_large_batch_aliases.py": ("test_matches_optax",),
-    "tests/optimizers/test_nnabla_aliases.py": ("test_matches_the_nnabla_rule",),
-    "tests/optimizers/test_returnn_aliases.py": ("test_matches_the_returnn_rule",),
-    "tests/optimizers/test_sgd.py": ("test_sgd_matches_optax",),
-    "tests/optimizers/test_sign_aliases.py": (
-        "test_sign_sgd_with_schedule_matches_optax",
-        "test_lion_with_schedules_and_custom_hyperparameters_matches_optax",
-    ),
-    # the aliases whose reference test lives with their primitives
-    "tests/transforms/test_adan.py": ("test_matches_optax",),
-    "tests/transforms/test_sm3.py": ("test_matches_optax",),
-    "tests/transforms/test_eve.py": ("test_matches_the_paper",),
-    "tests/transforms/test_lbfgs.py": ("test_matches_optax_on_the_mixed_pytree",),
-    "tests/transforms/test_optimistic.py": ("test_matches_optax",),
-    "tests/transforms/test_fromage.py": ("test_matches_optax",),
-    "tests/transforms/test_gradient_ops.py": ("test_noisy_sgd_matches_optax",),
-    "tests/transforms/test_polyak.py": ("test_polyak_matches_optax",),
-    "tests/transforms/test_rprop.py": ("test_scale_by_rprop_follows_the_published_rule",),
-    "tests/transforms/test_sign.py": ("test_signum_matches_optax",),
-    "tests/transforms/test_demo.py": ("test_matches_reference_over_4_replicas_under_shard_map",),
-    "tests/contrib/test_acprop.py": ("test_plain_against_optax",),
-    "tests/contrib/test_adam_mini.py": ("test_matches_pytorch_optimizer",),
-    "tests/contrib/test_ademamix.py": ("test_plain_against_optax",),
-    "tests/contrib/test_adopt.py": ("test_plain_against_optax",),
-    "tests/contrib/test_apollo.py": ("test_transcription_matches_pytorch_optimizer_variant",),
-    "tests/contrib/test_cautious.py": ("test_against_pytorch_optimizer",),
-    "tests/contrib/test_cocob.py": ("test_matches_optax",),
-    "tests/contrib/test_complex.py": ("test_split_real_and_imaginary_matches_optax",),
-    "tests/contrib/test_dadapt.py": ("test_matches_optax",),
-    "tests/contrib/test_dion.py": ("test_matches_the_papers_algorithm",),
-    "tests/contrib/test_dog.py": ("test_matches_optax",),
-    "tests/contrib/test_fira.py": ("test_matches_pytorch_optimizer",),
-    "tests/contrib/test_galore.py": ("test_galore_against_optax",),
-    "tests/contrib/test_kron.py": ("test_matches_pytorch_optimizer_with_the_same_probes",),
-    "tests/contrib/test_laprop.py": ("test_against_pytorch_optimizer",),
-    "tests/contrib/test_madgrad.py": ("test_plain_against_optax",),
-    "tests/contrib/test_mars.py": ("test_matches_pytorch_optimizer",),
-    "tests/contrib/test_matrix_axes.py": ("test_moe_experts_are_a_batch_axis",),
-    "tests/contrib/test_mechanic.py": ("test_matches_optax",),
-    "tests/contrib/test_momo.py": ("test_momo_against_optax",),
-    "tests/contrib/test_muon.py": ("test_matches_optax",),
-    "tests/contrib/test_normuon.py": ("test_matches_pytorch_optimizer",),
-    "tests/contrib/test_privacy.py": ("test_dpsgd_against_optax",),
-    "tests/contrib/test_prodigy.py": ("test_matches_optax",),
-    "tests/contrib/test_sam.py": ("test_sam_against_optax",),
-    "tests/contrib/test_schedule_free.py": ("test_matches_optax",),
-    "tests/contrib/test_scion.py": ("test_matches_pytorch_optimizer",),
-    "tests/contrib/test_shampoo.py": ("test_matches_pytorch_optimizer",),
-    "tests/contrib/test_soap.py": ("test_scale_by_soap_matches_pytorch_optimizer",),
-    "tests/contrib/test_sophia.py": ("test_sophia_against_optax",),
-    "tests/schedules/test_basic.py": (
-        "test_matches_optax",
-        "test_output_is_float32_for_any_step_type",
-        "test_steps_past_int32_saturate_instead_of_wrapping",
-        "test_int64_steps_under_x64_saturate_when_traced",
-    ),
-    "tests/schedules/test_compose.py": (
-        "test_join_matches_optax_with_mixed_schedules",
-        "test_warmup_schedules_match_optax",
-        "test_cyclic_triangular_is_smiths_formula",
-    ),
-    "tests/schedules/test_cosine.py": (
-        "test_matches_optax",
-        "test_sgdr_schedule_matches_optax",
-        "test_cosine_decay_accepts_decay_steps_past_int32",
-    ),
-    "tests/schedules/test_nnabla.py": (
-        "test_polynomial_including_past_max_iter",
-        "test_solver_schedule_matches_the_loader",
-    ),
-    "tests/schedules/test_hyperparams.py": (
-        "test_sgd_with_a_scheduled_learning_rate_matches_optax",
-    ),
-    "tests/schedules/test_plot.py": (),
-    "tests/config/test_roundtrip.py": (),
-    "tests/test_checkpoint.py": (),
-    "tests/test_migrate.py": (),
-    "tests/distributed/test_sharding.py": (),
-    "tests/distributed/test_table.py": (),
-    "tests/test_demo.py": ("test_demo_runs_a_subset_from_another_config",),
-}
+# marked test (by `tests.check.source_tests`, the mapping `make check` uses).
+VERSION_DECLARATION = "across_versions"
 VERSION_MARKER = "version_lane"
 # Known version-specific deviations, each with its measurement (MoMo's adaptive cases, 1.07e-6
 # from float64 on jax 0.6.2 and 1.53e-6 on jax 0.12.1, are inside the tolerance
@@ -178,16 +99,48 @@ PROCESSES_MARKERS = "(subprocess or default_emitters)"
 ORDER = ("main", "processes", "newest", "oldest")
 
 
-def in_version_subset(nodeid: str) -> bool:
-    """Whether the version lanes run the test `nodeid` (`VERSION_SUBSET`'s rule)."""
-    path, _, test = nodeid.partition("::")
-    names = VERSION_SUBSET.get(path)
-    if names is None:
+def version_subset(root: Path = ROOT) -> dict[str, tuple[str, ...]]:
+    """The tests marked `across_versions`, read from the source of tests/**/test_*.py: each file
+    that has some, with the names of its marked tests, `()` for a file whose `pytestmark` has it."""
+    import ast
+
+    def marked(decorators: list[ast.expr]) -> bool:
+        for node in decorators:
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Attribute) and sub.attr == VERSION_DECLARATION:
+                    return True
         return False
-    if not names:
-        return True
-    name, _, params = test.partition("[")
-    return name in names and "eager" not in params.removesuffix("]").split("-")
+
+    subset: dict[str, tuple[str, ...]] = {}
+    for path in sorted((root / "tests").rglob("test_*.py")):
+        source = path.read_text()
+        if VERSION_DECLARATION not in source:
+            continue
+        tree = ast.parse(source)
+        whole = any(
+            isinstance(node, ast.Assign)
+            and any(getattr(t, "id", None) == "pytestmark" for t in node.targets)
+            and marked([node.value])
+            for node in tree.body
+        )
+        names = tuple(
+            node.name
+            for node in tree.body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and marked(node.decorator_list)
+        )
+        if whole or names:
+            subset[path.relative_to(root).as_posix()] = () if whole else names
+    return subset
+
+
+def in_version_subset(item: pytest.Item) -> bool:
+    """Whether the version lanes run the collected test `item`: it is marked `across_versions`
+    (itself or its file) and it is not an eager case."""
+    if item.get_closest_marker(VERSION_DECLARATION) is None:
+        return False
+    params = item.nodeid.partition("::")[2].partition("[")[2].removesuffix("]")
+    return "eager" not in params.split("-")
 
 
 def lane_command(
@@ -208,7 +161,7 @@ def lane_command(
         deselect = [f"--deselect={t}" for t in VERSION_DESELECT[lane]]
         markers, extra = _merge_option("-m", VERSION_MARKER, extra)
         return [
-            python, "-m", "pytest", *VERSION_SUBSET, *parallel, *deselect,
+            python, "-m", "pytest", *version_subset(), *parallel, *deselect,
             "-m", markers, *extra,
         ]  # fmt: skip
     base = [python, "-m", "pytest", "tests"]

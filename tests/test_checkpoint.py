@@ -20,6 +20,8 @@ from gradtx.checkpoint import _io as _checkpoint_io
 
 from .helpers import assert_trees_bitwise_equal, grad_sequence, mixed_params
 
+pytestmark = pytest.mark.across_versions  # the version lanes of `make test` run this file
+
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------

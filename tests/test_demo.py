@@ -41,6 +41,7 @@ def test_demo_trains_every_optimizer_of_its_config_and_writes_table_and_plot(tmp
     assert png.exists() and png.stat().st_size > 20_000
 
 
+@pytest.mark.across_versions
 @pytest.mark.subprocess
 def test_demo_runs_a_subset_from_another_config(tmp_path, capsys):
     config = tmp_path / "mine.json"

@@ -35,7 +35,7 @@ def test_pytest_arguments_reach_both_lanes_and_one_worker_runs_without_xdist():
 def test_version_lanes_run_the_subset_with_their_own_interpreter():
     from pathlib import Path
 
-    from .lanes import ROOT, VERSION_DESELECT, VERSION_MARKER, VERSION_SUBSET, main
+    from .lanes import ROOT, VERSION_DESELECT, VERSION_MARKER, main, version_subset
 
     cmd = lane_command("oldest", 1, ["-x"], python="/opt/py310/bin/python")
     assert cmd[:3] == ["/opt/py310/bin/python", "-m", "pytest"] and cmd[-1] == "-x"
@@ -43,8 +43,8 @@ def test_version_lanes_run_the_subset_with_their_own_interpreter():
     two = lane_command("oldest", 2, ["-x"], python="/opt/py310/bin/python")
     assert two[two.index("-n") + 1] == "2" and two[two.index("--dist") + 1] == "loadfile"
     assert "no:xdist" not in two
-    assert [a for a in cmd if a.startswith("tests/")] == list(VERSION_SUBSET)  # only its files
-    for target in VERSION_SUBSET:  # every file of the subset exists
+    assert [a for a in cmd if a.startswith("tests/")] == list(version_subset())  # only its files
+    for target in version_subset():  # every file of the subset exists
         assert (ROOT / target).is_file(), target
     for deselected in (t for lane in VERSION_DESELECT.values() for t in lane):
         assert Path(ROOT / deselected.split("::")[0]).exists(), deselected
@@ -65,24 +65,41 @@ def test_a_version_lane_keeps_its_marker_when_given_an_m_expression():
     assert lane_command("newest", 2, ["-k", "adam"])[-2:] == ["-k", "adam"]  # -k as given
 
 
-def test_the_version_subset_takes_named_tests_without_their_eager_cases():
-    from .lanes import in_version_subset
+def test_the_version_subset_is_read_from_the_markers_and_takes_no_eager_case(tmp_path):
+    from .lanes import in_version_subset, version_subset
+
+    (tmp_path / "tests" / "sub").mkdir(parents=True)
+    (tmp_path / "tests" / "sub" / "test_a.py").write_text(
+        "import pytest\n\n\n@pytest.mark.across_versions\n@pytest.mark.parametrize('x', [1])\n"
+        "def test_ref(x):\n    pass\n\n\ndef test_other():\n    pass\n\n\n"
+        "@pytest.mark.parametrize('x', [1])\n@pytest.mark.across_versions\ndef test_ref2(x):\n"
+        "    pass\n"
+    )
+    (tmp_path / "tests" / "test_b.py").write_text(
+        "import pytest\n\npytestmark = [pytest.mark.slow, pytest.mark.across_versions]\n\n\n"
+        "def test_any():\n    pass\n"
+    )
+    (tmp_path / "tests" / "test_c.py").write_text("# across_versions, only in a comment\n")
+    assert version_subset(tmp_path) == {
+        "tests/sub/test_a.py": ("test_ref", "test_ref2"),
+        "tests/test_b.py": (),
+    }
+
+    class Item:  # what in_version_subset reads of a collected pytest.Item
+        def __init__(self, nodeid: str, marked: bool):
+            self.nodeid, self.marked = nodeid, marked
+
+        def get_closest_marker(self, name):
+            return object() if self.marked and name == "across_versions" else None
 
     ref = "tests/contrib/test_acprop.py::test_plain_against_optax"
-    assert in_version_subset(f"{ref}[jit-acprop]")
-    assert not in_version_subset(f"{ref}[eager-acprop]")
-    aliases = "tests/optimizers/test_adam_aliases.py::"
-    name = "test_matches_optax_with_schedules_and_custom_hyperparameters"
-    assert in_version_subset(f"{aliases}{name}[adam-jit]")
-    assert not in_version_subset(f"{aliases}{name}[adam-eager]")
-    assert not in_version_subset(f"{aliases}test_signature_and_defaults_match_optax[adam]")
-    # a case id that only contains the word is not an eager case
-    assert in_version_subset(f"{ref}[eagerly_named]")
-    # whole files, tests that are not named, and files not listed
-    assert in_version_subset("tests/test_checkpoint.py::test_anything[x]")
-    assert not in_version_subset("tests/contrib/test_acprop.py::test_signature_matches_optax[a]")
-    assert not in_version_subset("tests/test_generic.py::test_converges_on_quadratic[adam]")
-    assert not in_version_subset(f"{ref}_twin[jit-acprop]")  # a name is matched whole
+    assert in_version_subset(Item(f"{ref}[jit-acprop]", True))
+    assert not in_version_subset(Item(f"{ref}[eager-acprop]", True))
+    assert in_version_subset(Item(f"{ref}[adam-jit]", True))
+    assert not in_version_subset(Item(f"{ref}[adam-eager]", True))
+    assert in_version_subset(Item(f"{ref}[eagerly_named]", True))  # only contains the word
+    assert in_version_subset(Item("tests/test_checkpoint.py::test_anything", True))
+    assert not in_version_subset(Item(f"{ref}[jit-acprop]", False))
 
 
 def _test_names(path) -> set[str]:
@@ -98,10 +115,12 @@ def _test_names(path) -> set[str]:
 
 
 def test_every_optimizer_and_schedule_module_keeps_a_test_in_the_version_subset():
-    """A new module of gradtx/optimizers, gradtx/contrib or gradtx/schedules whose tests have no
-    entry in VERSION_SUBSET shows up here (its tests found as `make check` finds them)."""
+    """A new module of gradtx/optimizers, gradtx/contrib or gradtx/schedules with no test marked
+    `across_versions` shows up here (its tests found as `make check` finds them)."""
     from .check import source_tests
-    from .lanes import ROOT, VERSION_SUBSET
+    from .lanes import ROOT, version_subset
+
+    subset = version_subset()
 
     missing = {}
     for package in ("optimizers", "contrib", "schedules"):
@@ -110,21 +129,20 @@ def test_every_optimizer_and_schedule_module_keeps_a_test_in_the_version_subset(
                 continue
             path = str(module.relative_to(ROOT))
             tests = source_tests(path).tests
-            if not tests & set(VERSION_SUBSET):
+            if not tests & set(subset):
                 missing[path] = sorted(tests)
-    assert not missing, f"modules with no test in tests.lanes.VERSION_SUBSET: {missing}"
-    # every name listed is a test of its file (a renamed test would select nothing)
-    for path, names in VERSION_SUBSET.items():
+    assert not missing, f"modules with no test marked `across_versions`: {missing}"
+    for path, names in subset.items():  # the reading of the markers finds test functions
         assert set(names) <= _test_names(ROOT / path), (path, set(names) - _test_names(ROOT / path))
 
 
 @pytest.mark.subprocess
 def test_every_entry_of_the_version_subset_selects_tests():
     """The lane's own selection (the `version_lane` marker of tests/conftest.py), collected: every
-    file and every named test of VERSION_SUBSET keeps at least one test (not only eager cases)."""
+    file and every test marked `across_versions` keeps at least one test (not only eager cases)."""
     import subprocess
 
-    from .lanes import ROOT, VERSION_SUBSET
+    from .lanes import ROOT, version_subset
 
     out = subprocess.run(
         lane_command("newest", 1, ["--collect-only", "-q", "-p", "no:cacheprovider"]),
@@ -133,7 +151,7 @@ def test_every_entry_of_the_version_subset_selects_tests():
     ids = [line for line in out.splitlines() if "::" in line]
     assert not any("eager" in i.partition("[")[2].split("-") for i in ids)
     selected = {(i.partition("::")[0], i.partition("::")[2].partition("[")[0]) for i in ids}
-    for path, names in VERSION_SUBSET.items():
+    for path, names in version_subset().items():
         assert any(p == path for p, _ in selected), f"{path} selects nothing"
         for name in names:
             assert (path, name) in selected, f"{path}::{name} selects nothing"

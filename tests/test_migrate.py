@@ -19,6 +19,8 @@ from gradtx.checkpoint import _io as checkpoint_io
 from gradtx.checkpoint import _roles
 from gradtx.state._quantize import QuantizedArray, decode, encode
 
+pytestmark = pytest.mark.across_versions  # the version lanes of `make test` run this file
+
 PARAMS = {"dense": {"kernel": jnp.full((4, 3), 0.5), "bias": jnp.zeros(3)}, "scale": jnp.ones(2)}
 TARGET = jax.tree.map(lambda p: jnp.linspace(-1.0, 1.0, p.size).reshape(p.shape), PARAMS)
 LR = 0.05

@@ -16,6 +16,8 @@ from gradtx import config as gc
 
 from .common import loss_fn, run_pair, small_params
 
+pytestmark = pytest.mark.across_versions  # the version lanes of `make test` run this file
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "configs"
 
 FULL = {

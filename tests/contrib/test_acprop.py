@@ -37,6 +37,7 @@ PLAIN = [
 ]
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(
     ("name", "ours", "reference", "jit"),
     with_modes(PLAIN, eager={"acprop"}),

@@ -107,6 +107,7 @@ def _max_diff(a, b) -> float:
     )
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize("weight_decay", [0.0, 0.1])
 def test_matches_pytorch_optimizer(weight_decay):
     params, grads = _problem()

@@ -49,6 +49,7 @@ PLAIN = [
 ]
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(
     ("name", "ours", "reference", "jit"),
     with_modes(PLAIN, eager={"ademamix", "simplified_ademamix"}),

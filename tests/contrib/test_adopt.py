@@ -33,6 +33,7 @@ PLAIN = [
 ]
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(
     ("name", "ours", "reference", "jit"),
     with_modes(PLAIN, eager={"adopt"}),

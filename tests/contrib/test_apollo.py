@@ -141,6 +141,7 @@ def _torch_apollo(params, grads, projs, scale_type, scale):
     return {k: np.stack(v) for k, v in out.items()}
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize("scale_type", ["channel", "tensor"])
 def test_transcription_matches_pytorch_optimizer_variant(scale_type):
     """With our projection injected into the reference, the transcription in the reference's

@@ -40,6 +40,7 @@ def complex_problem(steps, seed=4):
     return params, grads
 
 
+@pytest.mark.across_versions
 def test_split_real_and_imaginary_matches_optax():
     params, grads = complex_problem(12)
     ours = split_real_and_imaginary(gradtx.adam(0.05, b1=0.8))

@@ -111,6 +111,7 @@ CONFIGS = [
 _TXS = {name: dion(LR, **kw) for name, kw in CONFIGS}
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("name", [c[0] for c in CONFIGS])
 def test_matches_the_papers_algorithm(name, dtype):

@@ -51,6 +51,7 @@ CASES = [
 EAGER = {"dog", "dowg"}
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(("name", "ours", "ref", "atol", "jit"), with_modes(CASES, EAGER))
 def test_matches_optax(name, ours, ref, atol, jit):
     compare_to_optax(ours(), ref(), jit=jit, atol=atol, reference_key=f"{__name__}:{name}")

@@ -131,6 +131,7 @@ def problem():
     return _problem()
 
 
+@pytest.mark.across_versions
 def test_matches_pytorch_optimizer(problem):
     params, grads = problem
     ours, projs = _run(_with_lr(scale_by_fira(RANK, 1000)), params, grads)

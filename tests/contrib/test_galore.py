@@ -69,6 +69,7 @@ GALORE = [
 ]
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(
     ("name", "ours", "reference", "jit"),
     with_modes(GALORE, eager={"galore"}),

@@ -127,6 +127,7 @@ TXS = {
 }
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize("name", list(REFERENCE))
 def test_matches_pytorch_optimizer_with_the_same_probes(name, monkeypatch):
     extra, _, theirs = REFERENCE[name]

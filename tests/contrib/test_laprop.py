@@ -48,6 +48,7 @@ REFERENCE = [
 ]
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(("name", "ours", "reference"), REFERENCE, ids=[r[0] for r in REFERENCE])
 def test_against_pytorch_optimizer(name, ours, reference):
     params, grads = params_of(), grads_of()

@@ -46,6 +46,7 @@ PLAIN = [
 ]
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(
     ("name", "ours", "reference", "jit"),
     with_modes(PLAIN, eager={"madgrad"}),

@@ -67,6 +67,7 @@ REFERENCE = [
 ]
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(("mars_type", "wd", "wd_1d", "optimize_1d"), REFERENCE)
 def test_matches_pytorch_optimizer(mars_type, wd, wd_1d, optimize_1d):
     params, grads = _problem()

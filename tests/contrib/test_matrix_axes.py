@@ -57,6 +57,7 @@ def _moe_params():
     }
 
 
+@pytest.mark.across_versions
 def test_moe_experts_are_a_batch_axis():
     params = _moe_params()
     by_hand = {"moe": {"experts": MDN(1, 2), "router": MDN(0, 1)}, "norm": None}

@@ -44,6 +44,7 @@ MOMO = [
 ]
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(
     ("name", "ours", "reference", "jit"), with_modes(MOMO, eager={"momo", "momo_adam"})
 )

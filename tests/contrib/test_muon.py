@@ -104,6 +104,7 @@ CASES = [
 EAGER = {"muon"}
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(("name", "ours", "ref", "atol", "jit"), with_modes(CASES, EAGER))
 def test_matches_optax(name, ours, ref, atol, jit):
     compare_to_optax(

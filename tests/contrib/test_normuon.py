@@ -122,6 +122,7 @@ def _trajectory(tx, params, grads):
 # rounding of the Newton-Schulz matmuls (another summation order), torch's decay factor
 # 1 - lr * lambda rounded once per step, and eps placed in the Newton-Schulz normalisation
 # (ours: ||X|| + eps after dividing X by its peak; the reference's max(||X||, 1e-7)).
+@pytest.mark.across_versions
 @pytest.mark.parametrize(("update_scale", "wd", "nesterov", "adjusted"), REFERENCE)
 def test_matches_pytorch_optimizer(float32_newton_schulz, update_scale, wd, nesterov, adjusted):
     params, grads = _problem()

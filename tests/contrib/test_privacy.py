@@ -48,6 +48,7 @@ DPSGD = [
 ]
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(("name", "ours", "reference", "jit"), with_modes(DPSGD, eager={"dpsgd"}))
 def test_dpsgd_against_optax(name, ours, reference, jit):
     params = mixed_params()

@@ -55,6 +55,7 @@ SAM = [
 ]
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(("name", "ours", "reference", "jit"), with_modes(SAM, eager={"sam"}))
 def test_sam_against_optax(name, ours, reference, jit):
     compare_to_optax(ours(), reference(), jit=jit, reference_key=f"{__name__}:{name}")

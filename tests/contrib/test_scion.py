@@ -136,6 +136,7 @@ def _reference(params, grads, lmo, constraint, wd, radius, momentum=0.1):
 # Tolerance 2e-5 absolute on params of size ~1 after 60 steps (measured <= 3e-6): float32
 # rounding of the Newton-Schulz matmuls (another summation order), torch's decay factor
 # 1 - lr (lambda) rounded once per step, and eps acting after dividing by the peak magnitude.
+@pytest.mark.across_versions
 @pytest.mark.parametrize(("norm", "lmo", "constraint", "wd", "radius"), REFERENCE)
 def test_matches_pytorch_optimizer(float32_newton_schulz, norm, lmo, constraint, wd, radius):
     params, grads = _problem()

@@ -63,6 +63,7 @@ TORCH_CASES = [
 ]  # "sgd" (start 1, refresh every step) is the momentum test below
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(("graft", "b2", "start", "wd"), TORCH_CASES)
 def test_matches_pytorch_optimizer(graft, b2, start, wd):
     params, grads = params_of(), grads_of()

@@ -108,6 +108,7 @@ def _trajectory(tx, params, grads):
     return jax.tree.map(lambda *x: np.stack(x), *out)
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize("kwargs", REFERENCE, ids=lambda k: ",".join(k) or "defaults")
 def test_scale_by_soap_matches_pytorch_optimizer(kwargs):
     # Every leaf through scale_by_soap, the vector too: the reference's rule for vectors

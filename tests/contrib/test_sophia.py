@@ -49,6 +49,7 @@ SOPHIA = [
 ]
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(("name", "ours", "reference", "jit"), with_modes(SOPHIA, eager={"sophia"}))
 def test_sophia_against_optax(name, ours, reference, jit):
     # Eagerly, the Hessian-vector product (forward over reverse through the quartic loss) rounds

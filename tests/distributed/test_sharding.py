@@ -17,6 +17,8 @@ import gradtx
 from ..helpers import assert_trees_close, random_like
 from ._meshes import host_params, mesh_4x2, param_shardings
 
+pytestmark = pytest.mark.across_versions  # the version lanes of `make test` run this file
+
 
 def mesh_8() -> jax.sharding.Mesh:
     return jax.make_mesh((8,), ("data",), axis_types=(AxisType.Auto,))

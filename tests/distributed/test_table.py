@@ -30,8 +30,9 @@ from ..helpers import (
 from ..optimizer_table import CASES, OptCase
 from ._meshes import host_params, mesh_4x2, param_shardings
 
-# one program for the whole table: every case's test on one xdist worker, which compiles it once
-pytestmark = pytest.mark.xdist_group("sharded-table")
+# one program for the whole table: every case's test on one xdist worker, which compiles it once;
+# the version lanes run the whole file
+pytestmark = [pytest.mark.xdist_group("sharded-table"), pytest.mark.across_versions]
 
 STEPS = 3
 VALUE = 1.0  # the `value=` extra argument, as in tests/test_generic.py

@@ -73,6 +73,7 @@ def test_signature_and_defaults_match_optax(name, ours, reference, args):
     _check_signature_matches_optax(ours, reference)
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 @pytest.mark.parametrize(("name", "ours", "reference", "args"), ALIASES, ids=NAMES)
 def test_matches_optax_with_schedules_and_custom_hyperparameters(name, ours, reference, args, jit):

@@ -52,6 +52,7 @@ MATCHES_OPTAX = [
 ]
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(
     ("key", "ours", "reference", "jit"),
     with_modes(

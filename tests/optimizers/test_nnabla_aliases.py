@@ -332,6 +332,7 @@ for flags in [
     )  # fmt: skip
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(("ours", "make_ref", "jit"), [c[1:] for c in CASES],
                          ids=[c[0] for c in CASES])  # fmt: skip
 def test_matches_the_nnabla_rule(ours, make_ref, jit):

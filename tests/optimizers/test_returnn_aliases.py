@@ -135,6 +135,7 @@ CASES = [
 ]
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(("ours", "make_ref", "jit"), [c[1:] for c in CASES],
                          ids=[c[0] for c in CASES])  # fmt: skip
 def test_matches_the_returnn_rule(ours, make_ref, jit):

@@ -15,6 +15,7 @@ def _schedule(t):
     return 0.05 * (1.0 + jnp.cos(jnp.pi * jnp.minimum(t, 100) / 100.0)) / 2.0
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(
     "kwargs",
     [{}, {"momentum": 0.9}, {"momentum": 0.9, "nesterov": True}],

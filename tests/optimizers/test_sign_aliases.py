@@ -34,6 +34,7 @@ def test_signature_and_defaults_match_optax(ours, reference):
     ]
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 def test_sign_sgd_with_schedule_matches_optax(jit):
     compare_to_optax(
@@ -45,6 +46,7 @@ def test_sign_sgd_with_schedule_matches_optax(jit):
     )
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 def test_lion_with_schedules_and_custom_hyperparameters_matches_optax(jit):
     # Positional, in Optax's order: b1, b2, mu_dtype, weight_decay, mask. A float32 momentum:

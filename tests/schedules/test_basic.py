@@ -142,6 +142,7 @@ def _cases():
 CASES = fold(_cases)
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(("name", "ours", "ref", "points"), OPTAX_CASES, ids=lambda c: c)
 def test_matches_optax(name, ours, ref, points):
     values = CASES("ours", name)
@@ -199,6 +200,7 @@ def test_traced_hyperparameters():
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(
     "step",
     [
@@ -229,6 +231,7 @@ def test_bool_and_negative_steps():
     np.testing.assert_allclose(schedule(jnp.asarray([-3, 2])), [1.0, 0.8], rtol=1e-6)
 
 
+@pytest.mark.across_versions
 def test_steps_past_int32_saturate_instead_of_wrapping():
     # 2**32 + 5 would wrap to 5 (value 2**-0.5); saturated it is far past the decay (value 0).
     schedule = S.exponential_decay(1.0, 10, 0.5)
@@ -244,6 +247,7 @@ def test_steps_past_int32_saturate_instead_of_wrapping():
     assert int(as_step(jnp.asarray(jnp.nan))) == 0
 
 
+@pytest.mark.across_versions
 def test_int64_steps_under_x64_saturate_when_traced():
     schedule = S.exponential_decay(1.0, 10, 0.5)
     with enable_x64(True):

@@ -15,6 +15,7 @@ from .common import assert_schedule, boundary_steps, curve
 from .test_basic import optax_values
 
 
+@pytest.mark.across_versions
 def test_join_matches_optax_with_mixed_schedules():
     ours = S.join(
         [S.constant(1.0), S.linear(2.0, 3.0, 4), optax.exponential_decay(3.0, 2, 0.5)], [3, 10]
@@ -79,6 +80,7 @@ def test_warmup_zero_steps_is_the_schedule():
         )
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(
     ("ours", "ref", "points"),
     [
@@ -117,6 +119,7 @@ def smith_triangular(t, base, top, step_size):
     return base + (top - base) * max(0.0, 1 - x)
 
 
+@pytest.mark.across_versions
 def test_cyclic_triangular_is_smiths_formula():
     steps = boundary_steps(7, 14, 21, 28, high=100)
     assert_schedule(

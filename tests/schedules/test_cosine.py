@@ -122,11 +122,13 @@ def _cases():
 CASES = fold(_cases)
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(("ours", "ref", "points"), MATCHES, ids=lambda c: getattr(c, "name", None))
 def test_matches_optax(ours, ref, points):
     check(CASES("ours", id(ours)), CASES("optax", id(ours)).curve, atol=1e-6)
 
 
+@pytest.mark.across_versions
 def test_sgdr_schedule_matches_optax():
     expected = CASES("sgdr_schedule_optax").curve
     check(CASES("sgdr_schedule"), expected, atol=1e-6)
@@ -204,6 +206,7 @@ def test_invalid_arguments_raise_at_construction(make, who, arg):
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize("decay_steps", HUGE)
 def test_cosine_decay_accepts_decay_steps_past_int32(decay_steps):
     # S.cosine_decay(2.0, decay_steps, alpha=0.1) against Optax, on [0, 1000, 2**30, INT32_MAX]

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 import gradtx
 from gradtx import schedules as S
@@ -35,6 +36,7 @@ def test_weight_decay_with_a_schedule_keeps_the_constant_layout():
     )
 
 
+@pytest.mark.across_versions
 def test_sgd_with_a_scheduled_learning_rate_matches_optax():
     compare_transformations(
         gradtx.sgd(S.warmup_cosine_decay(0.0, 0.1, 5, 40), momentum=0.9),

@@ -158,6 +158,7 @@ CASES = fold(_cases)
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize("comm", POLY_COMMS)
 @pytest.mark.parametrize("power", POLY_POWERS)
 def test_polynomial_including_past_max_iter(power, comm):
@@ -245,6 +246,7 @@ SOLVERS = [
 ]
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize("comm", SOLVER_COMMS)
 @pytest.mark.parametrize(
     ("index", "solver"),

@@ -12,6 +12,8 @@ from gradtx import schedules as S
 
 from .common import curve
 
+pytestmark = pytest.mark.across_versions  # the version lanes of `make test` run this file
+
 
 def test_plot_writes_png_with_one_line_per_schedule(tmp_path):
     schedules = {

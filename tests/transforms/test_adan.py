@@ -42,6 +42,7 @@ MATCHES_OPTAX = [
 _EAGER = {"adan_schedule_decay_mask"}
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(
     ("name", "ours", "reference", "params", "jit"), with_modes(MATCHES_OPTAX, eager=_EAGER)
 )

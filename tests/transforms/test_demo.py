@@ -115,6 +115,7 @@ def _gathered_bytes(hlo: str) -> int:
 # -- (a) 10 steps over 4 replicas against the transcription --------------------------------------
 
 
+@pytest.mark.across_versions
 def test_matches_reference_over_4_replicas_under_shard_map():
     steps, decay, topk, chunk, wd = 10, 0.9, 3, 8, 0.1
     lrs = [0.1 / (1 + t) for t in range(steps)]

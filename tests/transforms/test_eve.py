@@ -135,6 +135,7 @@ CASES = [
 ]
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(("make_tx", "make_ref", "jit", "atol"), [c[1:] for c in CASES],
                          ids=[c[0] for c in CASES])  # fmt: skip
 def test_matches_the_paper(make_tx, make_ref, jit, atol):

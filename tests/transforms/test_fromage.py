@@ -120,6 +120,7 @@ _EAGER = {"fromage_schedule"}
 _EAGER_REFERENCE = {"fromage_schedule"}
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(
     ("name", "ours", "reference", "params", "jit"), with_modes(MATCHES_OPTAX, eager=_EAGER)
 )

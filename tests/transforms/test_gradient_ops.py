@@ -189,6 +189,7 @@ NOISY_SGD_MATCHES_OPTAX = [
 _NOISY_SGD_EAGER = {"noisy_sgd_schedule"}
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(
     ("name", "ours", "reference", "params", "jit"),
     with_modes(NOISY_SGD_MATCHES_OPTAX, eager=_NOISY_SGD_EAGER),

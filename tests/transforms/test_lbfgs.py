@@ -69,6 +69,7 @@ MATCHES_OPTAX = [
 ]
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(
     ("name", "make", "use_jit"),
     with_modes(MATCHES_OPTAX, eager={"scale_by_lbfgs"}, jit={c[0] for c in MATCHES_OPTAX[1:]}),

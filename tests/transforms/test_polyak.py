@@ -26,6 +26,7 @@ def _values(steps: int = 100, seed: int = 2) -> list[dict]:
 LR = lambda count: 0.5 * 0.5 * (1.0 + jnp.cos(jnp.pi * jnp.minimum(count, 100) / 120))
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(
     ("ours", "reference", "jit"),
     [

@@ -48,6 +48,7 @@ def make_rprop_reference(
     return make
 
 
+@pytest.mark.across_versions
 def test_scale_by_rprop_follows_the_published_rule(use_jit):
     compare_to_numpy(gradtx.scale_by_rprop(**RPROP), make_rprop_reference(**RPROP), jit=use_jit)
 

@@ -135,6 +135,7 @@ SIGNUM_MATCHES_OPTAX = [
 _SIGNUM_EAGER = {"signum_schedule"}
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(
     ("name", "ours", "reference", "params", "jit"),
     with_modes(SIGNUM_MATCHES_OPTAX, eager=_SIGNUM_EAGER),

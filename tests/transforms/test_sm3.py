@@ -46,6 +46,7 @@ MATCHES_OPTAX = [
 _EAGER = {"sm3"}
 
 
+@pytest.mark.across_versions
 @pytest.mark.parametrize(
     ("name", "ours", "reference", "params", "jit"), with_modes(MATCHES_OPTAX, eager=_EAGER)
 )
