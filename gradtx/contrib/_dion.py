@@ -17,6 +17,7 @@ from .._base._checks import (
 )
 from .._base._explicit import auto_partitioned, gathered
 from .._base._introspect import replicated_fields
+from .._base._linalg import after
 from .._base._numerics import key_data, safe_increment, widen, zero_count
 from .._base._recipe import recorded
 from .._base._typing import ArrayLike, DType, Mask, Params, ScalarOrSchedule, Seed, Updates
@@ -141,11 +142,12 @@ def _mT(x: jax.Array) -> jax.Array:
 
 
 def _dion_step(
-    b: jax.Array, q: jax.Array, mu: ArrayLike, eps: ArrayLike
+    b: jax.Array, q: jax.Array, mu: ArrayLike, eps: ArrayLike, done: jax.Array | None = None
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """One Dion step on a stack of float32 matrices `b` (*batch, rows, cols) with `q`
-    (*batch, cols, r): the orthonormal P, the new momentum and the new (column-normalised) Q."""
-    p, tri = jnp.linalg.qr(b @ q)
+    (*batch, cols, r): the orthonormal P, the new momentum and the new (column-normalised) Q.
+    Its QR starts only once `done` (the previous leaf's P) is computed (see `after`)."""
+    p, tri = jnp.linalg.qr(after(b @ q, done))
     # Householder QR fixes the columns' signs arbitrarily; take the unique factorisation with
     # diag(R) >= 0 (that of the reference's Cholesky QR). P Q^T does not depend on the signs.
     sign = jnp.where(jnp.diagonal(tri, axis1=-2, axis2=-1) < 0, -1.0, 1.0).astype(p.dtype)
@@ -297,6 +299,9 @@ def scale_by_dion(
         ms = treedef.flatten_up_to(state.mu)
         qs = treedef.flatten_up_to(state.q)
         new_updates, new_m, new_q = [], [], []
+        # The leaves' QRs run one after another, each `after` the previous P: two batched QRs
+        # at once deadlocked XLA:CPU's 2-thread pool (one device, 2 CPUs; jaxlib 0.10.2).
+        last = None
         for g, m, q, lay in zip(leaves, ms, qs, lays, strict=True):
             b = _to_matrices(widen(g), lay) + _to_matrices(widen(buffer_value(m)), lay)
             # on sharded params: B and Q gathered once, the step local on every device, its
@@ -304,8 +309,9 @@ def scale_by_dion(
             # sharded along its rows deadlocked XLA:CPU's collectives)
             p, m32, q32 = (
                 gathered(x)
-                for x in _dion_step(gathered(b), gathered(q.astype(jnp.float32)), mu, eps)
+                for x in _dion_step(gathered(b), gathered(q.astype(jnp.float32)), mu, eps, last)
             )
+            last = p
             u = math.sqrt(lay.fan_out / lay.fan_in) * (p @ _mT(q32))
             new_updates.append(_from_matrices(u, lay, g.shape).astype(g.dtype))
             new_m.append(into_buffer(_from_matrices(m32, lay, g.shape), m))

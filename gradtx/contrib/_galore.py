@@ -15,6 +15,7 @@ import numpy as np
 from .. import tree as gtree
 from .._base._checks import alias_errors, check_in_range, check_int, check_non_negative
 from .._base._explicit import auto_partitioned
+from .._base._linalg import after
 from .._base._numerics import abs_sq, cond, safe_increment, widen, zero_count
 from .._base._recipe import recorded
 from .._base._typing import ArrayLike, Mask, OptState, ScalarOrSchedule, Updates
@@ -244,6 +245,7 @@ class LowRankAdam(NamedTuple):
         count = safe_increment(state.count)
         step = adam_step_size(b1, b2, count)
         outs = []
+        last = None  # the previous projection: the next one starts after it (see below)
         for i, (g, lr, m, v, p_old, prev) in enumerate(zip(leaves, mats, *flat, strict=True)):
             gw = widen(g)
             if lr is None:
@@ -253,8 +255,12 @@ class LowRankAdam(NamedTuple):
                 outs.append((u.astype(g.dtype), m_new, v_new, p_old, prev))
                 continue
             g2 = lr.to_mat(gw)
-            fresh = lambda i=i, lr=lr, g2=g2, p_old=p_old: projection(i, lr, g2, p_old)
-            p = cond(refresh, fresh, lambda p_old=p_old: p_old)
+            # the projections one after another, as scale_by_galore's SVDs (those of a random
+            # projection ignore `g`: nothing waits)
+            fresh = lambda i=i, lr=lr, g2=g2, p_old=p_old, last=last: projection(
+                i, lr, after(g2, last), p_old
+            )
+            p = last = cond(refresh, fresh, lambda p_old=p_old: p_old)
             pw = widen(p)
             r = lr.project(g2, pw)
             m_new = ((1 - b1) * r + b1 * widen(m)).astype(m.dtype)
@@ -344,14 +350,20 @@ def scale_by_galore(
         old_projectors = treedef.flatten_up_to(state.projector)
         refresh = state.count % update_proj_gap == 0
         low_rank, projectors = [], []
+        # The SVDs run one after another, each `after` the previous projector: two batched
+        # decompositions at once can deadlock XLA:CPU's 2-thread pool (QRs and eighs seen; SVDs
+        # queue their batches alike), and a population (`jax.vmap`) batches these.
+        last = None
         for g, mat, p_old in zip(leaves, mats, old_projectors, strict=True):
             if mat is None:
                 low_rank.append(g)
                 projectors.append(p_old)
                 continue
             g2 = widen(mat.to_mat(g))
-            fresh = lambda g2=g2, mat=mat, p_old=p_old: top_singular_vectors(mat, g2, p_old.dtype)
-            p = cond(refresh, fresh, lambda p_old=p_old: p_old)
+            fresh = lambda g2=g2, mat=mat, p_old=p_old, last=last: top_singular_vectors(
+                mat, after(g2, last), p_old.dtype
+            )
+            p = last = cond(refresh, fresh, lambda p_old=p_old: p_old)
             low_rank.append(mat.project(g2, widen(p)).astype(g.dtype))
             projectors.append(p)
         low_updates, base_state = base.update(
