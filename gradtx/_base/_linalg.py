@@ -80,20 +80,21 @@ def global_norm(updates: Any) -> jax.Array:
 def after(x: jax.Array, done: jax.Array | None) -> jax.Array:
     """`x`, bit for bit, as a value that XLA computes only once the floating-point `done` is.
 
-    XLA:CPU runs independent ops concurrently, and its batched LAPACK calls (eigh seen hanging;
-    QR treated alike) each block a thread of the intra-op pool until the batch tasks they
-    queued on that same pool are done: as many of them running at once as the pool has threads
-    (2 on a 2-core host) wait on each other forever (jaxlib 0.10.2). Feeding each
-    decomposition's input through `after(input, previous result)` runs them one at a time; an
-    `optimization_barrier` does not (it aliases its operands, and XLA:CPU orders its thunks by
-    the buffers they use).
+    XLA:CPU runs independent ops concurrently, and its batched LAPACK calls (eigh, QR and
+    triangular solves seen hanging; SVD treated alike) each block a thread of the intra-op pool
+    until the batch tasks they queued on that same pool are done: as many of them running at
+    once as the pool has threads (2 on a 2-core host) wait on each other forever (jaxlib
+    0.10.2). Feeding each decomposition's input through `after(input, previous result)` runs
+    them one at a time; an `optimization_barrier` does not (it aliases its operands, and
+    XLA:CPU orders its thunks by the buffers they use).
     The link is one entry of `done` per matrix of `x` where their batch axes agree (so it
-    moves nothing between devices when both are sharded alike), else one entry in all.
+    moves nothing between devices when both are sharded alike), else (and for an `x` of
+    fewer than 2 dimensions) one entry in all.
     """
     if done is None:
         return x
     lead = x.shape[:-2]
-    if done.shape[: len(lead)] == lead:
+    if x.ndim >= 2 and done.shape[: len(lead)] == lead:
         entry = done[(Ellipsis,) + (0,) * (done.ndim - len(lead))][..., None, None]
     else:
         entry = done[(0,) * done.ndim]

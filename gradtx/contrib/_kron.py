@@ -19,6 +19,7 @@ from .._base._checks import (
 )
 from .._base._explicit import auto_partitioned, gathered
 from .._base._introspect import replicated_fields
+from .._base._linalg import after
 from .._base._numerics import (
     bias_correction,
     cond,
@@ -395,14 +396,18 @@ def scale_by_kron(
         def fit(qs):
             balance = jax.random.uniform(k_balance) < balance_probability
             probes = _probes(k_probe, [h.shape for h in fit_to])
-            out = []
+            out, last = [], None
             for q, h, v, batch in zip(qs, fit_to, probes, batches, strict=True):
                 q32 = tuple(jnp.asarray(f, jnp.float32) for f in q)
                 q32 = cond(balance, _batched(_balanced, batch, h.ndim), lambda x: x, q32)
                 lr = jnp.asarray(preconditioner_lr, jnp.float32)
+                # the leaves' triangular solves (batched over their stack axes) run one after
+                # another: the probe, which they solve for, waits for the previous leaf's
+                # factors (see `after`: two batched solves at once can deadlock XLA:CPU)
                 new = _batched(lambda f, a, b: _update_factors(f, a, b, lr), batch, h.ndim)(
-                    q32, h, v
+                    q32, h, after(v, last)
                 )
+                last = new[-1]
                 out.append(tuple(gathered(n).astype(f.dtype) for n, f in zip(new, q, strict=True)))
             return out
 

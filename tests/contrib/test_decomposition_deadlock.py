@@ -1,16 +1,18 @@
 """The decompositions of one step run one at a time (Shampoo's and SOAP's eighs and QRs, Dion's
-QRs, the SVDs of GaLore and Fira): on XLA:CPU with one device and a 2-thread intra-op pool, two
-batched decompositions running at once each block a pool thread waiting for the batch tasks
-they queued behind each other, and the step never returns (jaxlib 0.10.2: the Shampoo refresh
-of a (512, 512) and a (4, 512, 512) leaf hung in 4 runs of 5; Dion's step of a (4, 512, 512)
-and a (4, 256, 512) leaf in 9 of 9).
+QRs, PSGD-Kron's triangular solves, the SVDs of GaLore and Fira): on XLA:CPU with one device
+and a 2-thread intra-op pool, two batched decompositions running at once each block a pool
+thread waiting for the batch tasks they queued behind each other, and the step never returns
+(jaxlib 0.10.2: the Shampoo refresh of a (512, 512) and a (4, 512, 512) leaf hung in 4 runs of
+5; Dion's step of a (4, 512, 512) and a (4, 256, 512) leaf in 9 of 9; Kron's fit of those
+leaves in 5 of 5).
 
 Each child process has one CPU device (the suite's 8-device flag removed) and two CPUs (its
 affinity, so the pool has the 2 threads of the failing host on any machine); it runs the
-Shampoo refresh, SOAP's first step and refresh and Dion's steps a few times, and must finish in
-time. The SVDs (batched by Fira's batch axes, or by `jax.vmap` over a GaLore population) never
-hung in 13 such runs, so no child can show theirs; the traced steps show, for all of them, that
-every two decompositions of a step are ordered by a data dependency, as `after` makes them.
+Shampoo refresh, SOAP's first step and refresh, and Dion's and Kron's steps a few times, and
+must finish in time. The SVDs (batched by Fira's batch axes, or by `jax.vmap` over a GaLore
+population) never hung in 13 such runs, so no child can show theirs; the traced steps show, for
+all of them, that every two decompositions of a step are ordered by a data dependency, as
+`after` makes them.
 """
 
 from __future__ import annotations
@@ -58,7 +60,15 @@ CHILD = textwrap.dedent(
     dion = C.scale_by_dion(weight_dimension_numbers=C.DionDimensionNumbers(1, 2))
     # Dion's QRs at every step, two of them batched (batch-1 decompositions run inline)
     stacks = {"stack": grads["stack"], "stack2": grads["stack"][:, :256]}
-    runs = {"shampoo": (shampoo, grads), "soap": (soap, grads), "dion": (dion, stacks)}
+    kron = C.scale_by_kron(  # its triangular solves at every step, batched by the stack axes
+        preconditioner_update_probability=1.0, batch_axes={"stack": (0,), "stack2": (0,)}
+    )
+    runs = {
+        "shampoo": (shampoo, grads),
+        "soap": (soap, grads),
+        "dion": (dion, stacks),
+        "kron": (kron, stacks),
+    }
     for name, (tx, g) in runs.items():
         print(name, flush=True)
         step = jax.jit(tx.update)
@@ -139,6 +149,9 @@ STEPS = {
     "dion": C.scale_by_dion(weight_dimension_numbers=_D(1, 2)),
     "galore": C.scale_by_galore(rank=4, weight_dimension_numbers=_G((0, 1), 2)),
     "fira": C.scale_by_fira(rank=4, weight_dimension_numbers=_G(1, 2)),
+    "kron": C.scale_by_kron(
+        preconditioner_update_probability=1.0, batch_axes={"a": (0,), "b": (0,), "c": (0,)}
+    ),
 }
 POPULATION = {"galore"}  # its SVDs are of single matrices: a population (`jax.vmap`) batches them
 
