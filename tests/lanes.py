@@ -104,12 +104,14 @@ def version_subset(root: Path = ROOT) -> dict[str, tuple[str, ...]]:
     that has some, with the names of its marked tests, `()` for a file whose `pytestmark` has it."""
     import ast
 
+    def marks(node: ast.AST) -> int:
+        return sum(
+            isinstance(sub, ast.Attribute) and sub.attr == VERSION_DECLARATION
+            for sub in ast.walk(node)
+        )
+
     def marked(decorators: list[ast.expr]) -> bool:
-        for node in decorators:
-            for sub in ast.walk(node):
-                if isinstance(sub, ast.Attribute) and sub.attr == VERSION_DECLARATION:
-                    return True
-        return False
+        return any(marks(node) for node in decorators)
 
     subset: dict[str, tuple[str, ...]] = {}
     for path in sorted((root / "tests").rglob("test_*.py")):
@@ -117,18 +119,25 @@ def version_subset(root: Path = ROOT) -> dict[str, tuple[str, ...]]:
         if VERSION_DECLARATION not in source:
             continue
         tree = ast.parse(source)
-        whole = any(
-            isinstance(node, ast.Assign)
+        module_marks = [
+            node.value
+            for node in tree.body
+            if isinstance(node, ast.Assign)
             and any(getattr(t, "id", None) == "pytestmark" for t in node.targets)
-            and marked([node.value])
-            for node in tree.body
+        ]
+        functions = [
+            node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        ]
+        whole = marked(module_marks)
+        names = tuple(node.name for node in functions if marked(node.decorator_list))
+        read = sum(marks(n) for n in module_marks) + sum(
+            marks(d) for node in functions for d in node.decorator_list
         )
-        names = tuple(
-            node.name
-            for node in tree.body
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and marked(node.decorator_list)
-        )
+        if marks(tree) != read:  # e.g. on a class or a method, or in a variable
+            raise ValueError(
+                f"{path}: `{VERSION_DECLARATION}` marks a test function or the module's "
+                "`pytestmark` only (tests.lanes.version_subset reads those)"
+            )
         if whole or names:
             subset[path.relative_to(root).as_posix()] = () if whole else names
     return subset

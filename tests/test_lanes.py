@@ -84,6 +84,12 @@ def test_the_version_subset_is_read_from_the_markers_and_takes_no_eager_case(tmp
         "tests/sub/test_a.py": ("test_ref", "test_ref2"),
         "tests/test_b.py": (),
     }
+    (tmp_path / "tests" / "test_d.py").write_text(
+        "import pytest\n\n\n@pytest.mark.across_versions\nclass TestX:\n"
+        "    def test_m(self):\n        pass\n"
+    )
+    with pytest.raises(ValueError, match=r"test_d\.py"):  # a mark the lanes would not read
+        version_subset(tmp_path)
 
     class Item:  # what in_version_subset reads of a collected pytest.Item
         def __init__(self, nodeid: str, marked: bool):
