@@ -398,6 +398,9 @@ def scale_by_kron(
             probes = _probes(k_probe, [h.shape for h in fit_to])
             out, last = [], None
             for q, h, v, batch in zip(qs, fit_to, probes, batches, strict=True):
+                if h.size == 0:  # an empty leaf: nothing to fit from, its factors as they are
+                    out.append(tuple(q))
+                    continue
                 q32 = tuple(jnp.asarray(f, jnp.float32) for f in q)
                 q32 = cond(balance, _batched(_balanced, batch, h.ndim), lambda x: x, q32)
                 lr = jnp.asarray(preconditioner_lr, jnp.float32)

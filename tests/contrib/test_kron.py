@@ -296,6 +296,34 @@ def test_constant_tiny_and_huge_gradients_stay_finite_and_clipped(fill):
     assert all(np.isfinite(np.asarray(q)).all() for q in jax.tree.leaves(state.qs))
 
 
+def test_an_empty_leaf_passes_through_and_leaves_the_others_alone():
+    """A zero-size leaf (plain or with a stack axis) has an empty update and keeps its factors;
+    the other leaves' updates do not depend on its shape (the probes are drawn per leaf)."""
+
+    def run(cols):
+        tx = scale_by_kron(
+            preconditioner_update_probability=1.0, batch_axes={"a": (), "m": (), "s": (0,)}
+        )
+        params = {"a": jnp.ones((0, cols)), "m": jnp.ones((4, 5)), "s": jnp.ones((2, 0))}
+        state, step, out = tx.init(params), jax.jit(tx.update), []
+        for i in range(3):
+            grads = jax.tree.map(lambda x, i=i: jnp.cos(x * (i + 1)), params)
+            updates, state = step(grads, state)
+            out.append(updates)
+        return out, state, tx.init(params)
+
+    out, state, first = run(3)
+    for updates in out:
+        assert updates["a"].shape == (0, 3) and updates["s"].shape == (2, 0)
+        assert np.isfinite(np.asarray(updates["m"])).all() and np.abs(updates["m"]).max() > 0
+    for k in ("a", "s"):  # its factors as they started
+        for q, q0 in zip(jax.tree.leaves(state.qs[k]), jax.tree.leaves(first.qs[k]), strict=True):
+            np.testing.assert_array_equal(q, q0)
+    other, _, _ = run(7)
+    for u, v in zip(out, other, strict=True):
+        np.testing.assert_array_equal(u["m"], v["m"])
+
+
 def test_diagonal_fallback_above_max_size_triangular():
     tx = scale_by_kron(max_size_triangular=7, max_skew_triangular=10.0)
     state = tx.init({"w": jnp.zeros((8, 6)), "v": jnp.zeros((2, 40))})
